@@ -1,0 +1,1 @@
+"""meta-infer core library: plain Python, no Prefect / Hydra / MLflow imports."""
