@@ -1,0 +1,90 @@
+"""The one interface every target implements: describe itself, benchmark a single-kernel
+model, compile and run a whole model. Measured and modeled backends differ only behind it."""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    name: str
+    measurement: str                   # "measured" | "modeled"
+    firmware: str
+    driver: str
+    runtime: str
+    memory_limit_bytes: int
+    supported_ops: tuple[str, ...] | None   # None: every op
+    dtypes: tuple[str, ...]
+    quantization: tuple[str, ...]
+    preferred_layout: str
+    static_shapes: bool
+    max_fusion_depth: int               # 1: the device launches every node on its own
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fingerprint_version(self) -> str:
+        """Changes whenever firmware, driver or runtime change: a new library version."""
+        tag = f"{self.name}|{self.firmware}|{self.driver}|{self.runtime}"
+        return f"{self.name}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["fingerprint_version"] = self.fingerprint_version
+        return d
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    reps: int
+    fallback: bool = False             # some part ran on a slower path (host / inserted casts)
+    peak_mem_bytes: int = 0
+
+    @staticmethod
+    def from_samples(samples_ms: list[float], fallback: bool = False, peak_mem_bytes: int = 0) -> "Timing":
+        arr = np.asarray(samples_ms, dtype=np.float64)
+        return Timing(float(np.median(arr)), float(np.percentile(arr, 10)), float(np.percentile(arr, 90)),
+                      len(samples_ms), fallback, peak_mem_bytes)
+
+
+class Compiled(ABC):
+    """A model prepared for one target. `compile_s` is the time preparing it took."""
+
+    compile_s: float
+
+    @abstractmethod
+    def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
+
+    @abstractmethod
+    def time_once(self, feeds: dict[str, np.ndarray]) -> float:
+        """Latency of one inference in milliseconds."""
+
+    @abstractmethod
+    def peak_memory(self, feeds: dict[str, np.ndarray]) -> int:
+        """Peak memory of one inference in bytes."""
+
+
+class Backend(ABC):
+    """Built from a target config: `name`, `measurement` and its `spec` mapping."""
+
+    def __init__(self, name: str, measurement: str, spec: dict[str, Any], seed: int = 0):
+        self.name, self.measurement, self.spec, self.seed = name, measurement, dict(spec), seed
+
+    @property
+    @abstractmethod
+    def info(self) -> TargetInfo: ...
+
+    @abstractmethod
+    def compile(self, model: onnx.ModelProto) -> Compiled: ...
+
+    @abstractmethod
+    def benchmark(self, model: onnx.ModelProto, reps: int, warmup: int) -> Timing:
+        """Time a small (single-kernel) model: warm up, then `reps` timed runs in one go."""

@@ -1,0 +1,141 @@
+"""Measured backend: ONNX Runtime with a configurable execution-provider list.
+
+Latencies are wall-clock times of real runs on this machine; peak memory is the process's
+resident high-water mark while a fresh session is created and run."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
+from metainfer_core.memory_probe import PeakMemory
+from metainfer_core.tensors import random_feeds
+
+_LEVELS = {"ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+           "ORT_ENABLE_BASIC": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+           "ORT_ENABLE_EXTENDED": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+           "ORT_ENABLE_ALL": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown-cpu"
+
+
+class OrtSession(Compiled):
+    def __init__(self, backend: "OrtBackend", model: onnx.ModelProto):
+        self._bytes = model.SerializeToString()
+        self._backend = backend
+        t0 = time.perf_counter()
+        self.session = backend.new_session(self._bytes)
+        self.compile_s = time.perf_counter() - t0
+
+    def run(self, feeds):
+        return self.session.run(None, feeds)
+
+    def time_once(self, feeds) -> float:
+        t0 = time.perf_counter()
+        self.session.run(None, feeds)
+        return (time.perf_counter() - t0) * 1e3
+
+    def peak_memory(self, feeds) -> int:
+        # A fresh session: its initialisation allocations belong to the model's footprint.
+        with PeakMemory() as pm:
+            sess = self._backend.new_session(self._bytes)
+            sess.run(None, feeds)
+            del sess
+        return pm.bytes
+
+    def node_times_us(self, feeds, runs: int = 10) -> dict[str, float]:
+        """Median per-node kernel time from ONNX Runtime's profiler."""
+        events = self._backend.profile_events(self._bytes, feeds, runs)
+        per: dict[str, list[float]] = {}
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                per.setdefault(e["name"].removesuffix("_kernel_time"), []).append(float(e["dur"]))
+        return {k: float(np.median(v)) for k, v in per.items()}
+
+
+class OrtBackend(Backend):
+    @property
+    def info(self) -> TargetInfo:
+        s = self.spec
+        return TargetInfo(
+            name=self.name, measurement=self.measurement, firmware=_cpu_name(),
+            driver=f"providers={','.join(self.providers)};threads={s.get('intra_op_threads', 0)};"
+                   f"opt={s.get('graph_optimization_level', 'ORT_ENABLE_ALL')}",
+            runtime=f"onnxruntime-{ort.__version__}", memory_limit_bytes=int(s["memory_limit_bytes"]),
+            supported_ops=None, dtypes=tuple(s.get("dtypes", ["float32"])),
+            quantization=tuple(s.get("quantization", [])), preferred_layout=s.get("preferred_layout", "NCHW"),
+            static_shapes=bool(s.get("static_shapes", False)), max_fusion_depth=1)
+
+    @property
+    def providers(self) -> list[str]:
+        return list(self.spec.get("providers", ["CPUExecutionProvider"]))
+
+    def session_options(self, profile: bool = False) -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = int(self.spec.get("intra_op_threads", 0))
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = _LEVELS[self.spec.get("graph_optimization_level", "ORT_ENABLE_ALL")]
+        so.log_severity_level = 3
+        if profile:
+            so.enable_profiling = True
+            so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="metainfer-prof-"), "ort")
+        return so
+
+    def new_session(self, model_bytes: bytes, profile: bool = False) -> ort.InferenceSession:
+        return ort.InferenceSession(model_bytes, self.session_options(profile), providers=self.providers)
+
+    def profile_events(self, model_bytes: bytes, feeds: dict[str, np.ndarray], runs: int) -> list[dict[str, Any]]:
+        sess = self.new_session(model_bytes, profile=True)
+        for _ in range(runs):
+            sess.run(None, feeds)
+        path = sess.end_profiling()
+        try:
+            with open(path) as f:
+                return json.load(f)
+        finally:
+            os.remove(path)
+            os.rmdir(os.path.dirname(path))
+
+    def compile(self, model: onnx.ModelProto) -> OrtSession:
+        return OrtSession(self, model)
+
+    def benchmark(self, model: onnx.ModelProto, reps: int, warmup: int) -> Timing:
+        data = model.SerializeToString()
+        feeds = random_feeds(model, seed=self.seed)
+        with PeakMemory() as pm:
+            sess = self.new_session(data)
+            for _ in range(max(warmup, 1)):
+                sess.run(None, feeds)
+        samples = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        return Timing.from_samples(samples, fallback=self._fell_back(data, model, feeds), peak_mem_bytes=pm.bytes)
+
+    def _fell_back(self, data: bytes, model: onnx.ModelProto, feeds) -> bool:
+        """A node placed on a later provider in the list, or a runtime-inserted Cast (the slow
+        path ONNX Runtime takes when a kernel lacks the requested precision)."""
+        primary = self.providers[0]
+        for e in self.profile_events(data, feeds, runs=1):
+            if e.get("cat") != "Node":
+                continue
+            provider = e.get("args", {}).get("provider")
+            if (provider and provider != primary) or "InsertedPrecisionFreeCast" in e["name"]:
+                return True
+        return False

@@ -1,0 +1,161 @@
+"""Validated run settings. The flow layer composes Hydra YAML into a plain dict; this module
+turns it into typed settings and rejects bad values with one readable paragraph, before any
+work is done. Nothing here imports Hydra: tests and other callers can build settings by hand."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from metainfer_core.errors import MetaInferError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ModelSettings(_Strict):
+    name: str | None = None
+    source: Literal["zoo", "file"]
+    path: str | None = None
+    input_shapes: dict[str, list[int]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _file_needs_path(self) -> "ModelSettings":
+        if self.source == "file":
+            if not self.path:
+                raise ValueError("model=file needs a path: add model.path=<file.onnx>")
+            if not Path(self.path).is_file():
+                raise ValueError(f"model.path={self.path} does not exist or is not a file")
+            self.name = self.name or Path(self.path).stem
+        else:
+            from metainfer_core.zoo import names  # late: builders import onnx
+
+            if self.name not in names():
+                raise ValueError(f"unknown zoo model {self.name!r}; built-in models are {names()}")
+        for name, dims in self.input_shapes.items():
+            if any(d <= 0 for d in dims):
+                raise ValueError(f"model.input_shapes.{name}={dims}: every dim must be a positive integer")
+        return self
+
+
+class TargetSettings(_Strict):
+    name: str
+    backend: str = Field(alias="_target_")
+    measurement: Literal["measured", "modeled"]
+    spec: dict[str, Any]
+
+
+class WeightSettings(_Strict):
+    name: str
+    latency: float = Field(ge=0)
+    memory: float = Field(ge=0)
+    accuracy: float = Field(ge=0)
+    change_penalty: float = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _not_all_zero(self) -> "WeightSettings":
+        if self.latency == self.memory == self.accuracy == 0:
+            raise ValueError("weights.latency, weights.memory and weights.accuracy are all 0: nothing to optimise")
+        return self
+
+
+class AccuracySettings(_Strict):
+    max_loss: float = Field(ge=0, le=1)
+
+
+class SearchSettings(_Strict):
+    name: str
+    beam_width: int = Field(ge=1, le=64)
+    depth: int = Field(ge=1, le=32)
+    top_k: int = Field(ge=1, le=16)
+    time_budget_s: float = Field(gt=0)
+    skip_below_ms: float = Field(ge=0)
+
+
+class ActionSpaceSettings(_Strict):
+    name: str
+    actions: dict[str, dict[str, Any]]
+
+    @field_validator("actions")
+    @classmethod
+    def _known_actions(cls, actions: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        from metainfer_core.actions import ACTIONS  # late: actions import onnx tooling
+
+        unknown = sorted(set(actions) - set(ACTIONS))
+        if unknown:
+            raise ValueError(f"unknown action(s) {unknown}; known actions are {sorted(ACTIONS)}")
+        return actions
+
+
+class TrackingSettings(_Strict):
+    name: str
+    mlflow_uri: str
+    fingerprint_db: str
+    prefect_home: str
+    experiment: str
+
+
+class ProfileSettings(_Strict):
+    reps: int = Field(ge=3)
+    warmup: int = Field(ge=0)
+    batch_gradient: list[int] = Field(min_length=1)
+
+
+class VerifySettings(_Strict):
+    runs: int = Field(ge=3)
+    warmup: int = Field(ge=0)
+    samples: int = Field(ge=1)
+
+
+class DataSettings(_Strict):
+    inputs: str | None = None
+
+    @field_validator("inputs")
+    @classmethod
+    def _exists(cls, path: str | None) -> str | None:
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"data.inputs={path} does not exist; give an .npz with one array per model input")
+        return path
+
+
+class PathSettings(_Strict):
+    artifacts: str
+
+
+class Settings(_Strict):
+    model: ModelSettings
+    target: TargetSettings
+    weights: WeightSettings
+    accuracy: AccuracySettings
+    search: SearchSettings
+    action_space: ActionSpaceSettings
+    tracking: TrackingSettings
+    profile: ProfileSettings
+    verify: VerifySettings
+    data: DataSettings
+    paths: PathSettings
+    seed: int = 0
+    debug: bool = False
+
+    @property
+    def artifacts(self) -> Path:
+        return Path(self.paths.artifacts)
+
+
+def validate_settings(raw: dict[str, Any]) -> Settings:
+    """Validate a plain config dict; every problem is reported in one paragraph."""
+    try:
+        return Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = "is not a known setting (check the spelling)"
+            problems.append(f"{where}: {msg}")
+        raise MetaInferError(
+            "Invalid configuration: " + "; ".join(problems) + ". Fix these overrides or the YAML under conf/ and run again."
+        ) from None

@@ -1,0 +1,34 @@
+"""Built-in model zoo: small ONNX models generated in code with seeded weights (no downloads),
+each imitating a common architecture, for tests, benchmarks and demos."""
+
+from collections.abc import Callable
+
+import onnx
+
+from metainfer_core.errors import MetaInferError
+from metainfer_core.zoo import (bert_tiny, efficientnet_tiny, mlp, mobilenet_v2_tiny,
+                                resnet_tiny, unet_tiny, vit_tiny)
+
+BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
+    "resnet_tiny": resnet_tiny.build,
+    "mobilenet_v2_tiny": mobilenet_v2_tiny.build,
+    "efficientnet_tiny": efficientnet_tiny.build,
+    "unet_tiny": unet_tiny.build,
+    "bert_tiny": bert_tiny.build,
+    "vit_tiny": vit_tiny.build,
+    "mlp": mlp.build,
+}
+
+
+def names() -> list[str]:
+    return list(BUILDERS)
+
+
+def build(name: str, seed: int = 0) -> onnx.ModelProto:
+    """Build zoo model `name` with weights drawn from `seed`."""
+    if name not in BUILDERS:
+        raise MetaInferError(
+            f"Unknown zoo model {name!r}. The built-in zoo has: {', '.join(BUILDERS)}. "
+            "Pick one of these names, or give your own ONNX file with model=file "
+            "model.path=<file.onnx>.")
+    return BUILDERS[name](seed)
