@@ -1,0 +1,62 @@
+"""Adapt one model to one target:  python flows/adapt.py [hydra overrides]
+
+normalize -> profile -> train_predictor -> search -> verify -> rollback, as a Prefect flow
+(ephemeral, no server needed), recorded as one MLflow run. The last stdout line is
+`plan: <path to plan.json>`."""
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+
+from tasks.environment import quiet_prefect
+
+quiet_prefect()  # before prefect is imported: it sets up logging at import time
+
+from prefect import flow  # noqa: E402
+
+from tasks.adapt_tasks import (normalize_task, profile_task, rollback_task, search_task,  # noqa: E402
+                               train_predictor_task, verify_task)
+from tasks.cli import run_cli  # noqa: E402
+from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
+from metainfer_core.settings import validate_settings  # noqa: E402
+
+
+@flow(name="adapt", validate_parameters=False)
+def adapt_flow(raw: dict) -> str:
+    s = validate_settings(raw)
+    t0 = time.perf_counter()
+    model_name = s.model.name
+    run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
+    run_id = start_run(s, raw, model_name, run_name)
+    try:
+        timings = {"_t0": t0}
+        t = time.perf_counter()
+        prepared = normalize_task(raw)
+        timings["normalize_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        report = profile_task(raw, prepared)
+        timings["profile_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        cost_model, _ = train_predictor_task(raw, report.fingerprint_version)
+        timings["train_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        outcome = search_task(raw, prepared, cost_model)
+        timings["search_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        verified = verify_task(raw, prepared, outcome)
+        timings["verify_s"] = time.perf_counter() - t
+        folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings)
+        finish_run(s, run_id, plan, folder)
+    except BaseException as exc:
+        fail_run(s, run_id, f"{type(exc).__name__}: {exc}")
+        raise
+    return str(folder / "plan.json")
+
+
+def main(argv: list[str]) -> int:
+    return run_cli(argv, lambda s, raw: f"plan: {adapt_flow(raw)}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

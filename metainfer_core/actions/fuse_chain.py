@@ -1,0 +1,86 @@
+"""Anchor kernel (Conv/ConvTranspose/MatMul/Gemm) -> element-wise epilogue kernels  =>  one
+fusion group, marked on the nodes as metadata `metainfer.fusion_group` (lossless: the math is
+unchanged). A device compiler launches a group as one kernel whose intermediates stay on
+chip; the simulator honours the marks. ONNX Runtime on the CPU fuses by itself, so the
+action is illegal there."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import onnx
+
+from metainfer_core.actions.base import Action, Param, Site
+from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels
+
+ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+EPILOGUES = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Add", "Mul", "Sub",
+             "Div", "BatchNormalization", "Erf"}
+
+
+def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None) -> list[list[Kernel]]:
+    kernels = group_kernels(model)
+    users: dict[str, list[int]] = defaultdict(list)
+    for i, k in enumerate(kernels):
+        for t in k.inputs:
+            users[t].append(i)
+    graph_outputs = {o.name for o in model.graph.output}
+
+    def free(k: Kernel) -> bool:
+        ops = {n.op_type for n in k.nodes}
+        fused = any(p.key == FUSION_KEY for n in k.nodes for p in n.metadata_props)
+        return not fused and (supported is None or ops <= supported)
+
+    chains = []
+    taken: set[int] = set()
+    for i, k in enumerate(kernels):
+        if i in taken or k.op_type not in ANCHORS or not free(k):
+            continue
+        chain, depth, cur = [k], k.n_ops, k
+        while len(cur.outputs) == 1 and cur.outputs[0] not in graph_outputs and len(users[cur.outputs[0]]) == 1:
+            j = users[cur.outputs[0]][0]
+            nxt = kernels[j]
+            if j in taken or nxt.op_type not in EPILOGUES or not free(nxt) or depth + nxt.n_ops > max_depth:
+                break
+            chain.append(nxt)
+            taken.add(j)
+            depth += nxt.n_ops
+            cur = nxt
+        if len(chain) > 1:
+            chains.append(chain)
+    return chains
+
+
+class FuseChain(Action):
+    name = "fuse_chain"
+    params = {"max_depth": Param(4, (2, 3, 4, 6, 8), "most ops one fused kernel may hold")}
+
+    def sites(self, model, params, target):
+        depth = min(params["max_depth"], target.max_fusion_depth)
+        supported = set(target.supported_ops) if target.supported_ops is not None else None
+        chains = _chains(model, depth, supported)
+        return [Site(tuple(n.name for c in chains for k in c for n in k.nodes), "all")] if chains else []
+
+    def legal(self, model, site, params, target):
+        if target.max_fusion_depth < 2:
+            return f"target {target.name} takes no fusion directives (its runtime fuses by itself)"
+        if params["max_depth"] > target.max_fusion_depth:
+            return f"max_depth {params['max_depth']} exceeds {target.name}'s fusion depth {target.max_fusion_depth}"
+        return None
+
+    def apply(self, model, site, params, ctx):
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        in_site = set(site.nodes)
+        by_name = {n.name: n for n in out.graph.node}
+        supported = set(ctx.target.supported_ops) if ctx.target and ctx.target.supported_ops is not None else None
+        existing = {p.value for n in out.graph.node for p in n.metadata_props if p.key == FUSION_KEY}
+        serial = len(existing)
+        for chain in _chains(out, params["max_depth"], supported):
+            names = [n.name for k in chain for n in k.nodes]
+            if not set(names) <= in_site:
+                continue
+            tag = f"fg{serial}"
+            serial += 1
+            for name in names:
+                by_name[name].metadata_props.add(key=FUSION_KEY, value=tag)
+        return out

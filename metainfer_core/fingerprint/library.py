@@ -1,0 +1,147 @@
+"""The fingerprint library: measured kernel costs per target and fingerprint version, in any
+SQLAlchemy database (SQLite file by default, PostgreSQL for a fleet).
+
+A fingerprint version is derived from the target's name, firmware, driver and runtime; a new
+version never overwrites an old one. Records are unique per (version, kernel key, source):
+re-measuring the same kernel under the same version is a no-op, so concurrent profile runs
+cannot duplicate records."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import (JSON, Boolean, DateTime, Float, Integer, String, UniqueConstraint, create_engine, event,
+                        select)
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from metainfer_core.backends.base import TargetInfo, Timing
+from metainfer_core.errors import MetaInferError
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class VersionRow(Base):
+    __tablename__ = "fingerprint_versions"
+    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    target: Mapped[str] = mapped_column(String(64), index=True)
+    measurement: Mapped[str] = mapped_column(String(16))
+    firmware: Mapped[str] = mapped_column(String(256))
+    driver: Mapped[str] = mapped_column(String(256))
+    runtime: Mapped[str] = mapped_column(String(256))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class RecordRow(Base):
+    __tablename__ = "fingerprint_records"
+    __table_args__ = (UniqueConstraint("version", "kernel_key", "source", name="uq_record"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    version: Mapped[str] = mapped_column(String(64), index=True)
+    target: Mapped[str] = mapped_column(String(64), index=True)
+    kernel_key: Mapped[str] = mapped_column(String(64))
+    source: Mapped[str] = mapped_column(String(32))          # microbench | runtime
+    op_type: Mapped[str] = mapped_column(String(128), index=True)
+    dtype: Mapped[str] = mapped_column(String(32))
+    layout: Mapped[str] = mapped_column(String(16))
+    signature: Mapped[str] = mapped_column(String(4096))
+    features: Mapped[dict] = mapped_column(JSON)
+    median_ms: Mapped[float] = mapped_column(Float)
+    p10_ms: Mapped[float] = mapped_column(Float)
+    p90_ms: Mapped[float] = mapped_column(Float)
+    reps: Mapped[int] = mapped_column(Integer)
+    bandwidth_gbps: Mapped[float] = mapped_column(Float)
+    peak_mem_bytes: Mapped[int] = mapped_column(Integer)
+    fallback: Mapped[bool] = mapped_column(Boolean)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One kernel measurement ready to store."""
+    kernel_key: str
+    op_type: str
+    dtype: str
+    layout: str
+    signature: str
+    features: dict
+    timing: Timing
+    bytes_moved: int
+    source: str = "microbench"
+
+
+class FingerprintLibrary:
+    def __init__(self, url: str):
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+            if url.startswith("sqlite"):
+                event.listen(self.engine, "connect", _sqlite_pragmas)
+            Base.metadata.create_all(self.engine)
+        except (OperationalError, ImportError) as exc:
+            raise MetaInferError(f"Cannot open the fingerprint library at {url} ({exc.__class__.__name__}: {exc}). "
+                                 "Check tracking.fingerprint_db in conf/tracking/.") from None
+
+    def register_version(self, info: TargetInfo) -> str:
+        with Session(self.engine) as s:
+            if s.get(VersionRow, info.fingerprint_version) is None:
+                s.add(VersionRow(version=info.fingerprint_version, target=info.name, measurement=info.measurement,
+                                 firmware=info.firmware, driver=info.driver, runtime=info.runtime,
+                                 created_at=datetime.now(timezone.utc)))
+                try:
+                    s.commit()
+                except IntegrityError:   # another run registered it first
+                    s.rollback()
+        return info.fingerprint_version
+
+    def known_keys(self, version: str, source: str = "microbench") -> set[str]:
+        with Session(self.engine) as s:
+            return set(s.scalars(select(RecordRow.kernel_key).where(RecordRow.version == version,
+                                                                    RecordRow.source == source)))
+
+    def add(self, info: TargetInfo, measurements: list[Measurement]) -> int:
+        """Store measurements in one transaction; returns how many were new."""
+        version = self.register_version(info)
+        now = datetime.now(timezone.utc)
+        added = 0
+        with Session(self.engine) as s, s.begin():
+            existing = set(s.execute(select(RecordRow.kernel_key, RecordRow.source)
+                                     .where(RecordRow.version == version)).tuples())
+            for m in measurements:
+                if (m.kernel_key, m.source) in existing:
+                    continue
+                existing.add((m.kernel_key, m.source))
+                t = m.timing
+                s.add(RecordRow(version=version, target=info.name, kernel_key=m.kernel_key, source=m.source,
+                                op_type=m.op_type, dtype=m.dtype, layout=m.layout, signature=m.signature,
+                                features=m.features, median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
+                                reps=t.reps, bandwidth_gbps=m.bytes_moved / (t.median_ms * 1e6) if t.median_ms > 0 else 0.0,
+                                peak_mem_bytes=t.peak_mem_bytes, fallback=t.fallback, created_at=now))
+                added += 1
+        return added
+
+    def records(self, version: str) -> list[dict]:
+        with Session(self.engine) as s:
+            rows = s.scalars(select(RecordRow).where(RecordRow.version == version).order_by(RecordRow.id))
+            return [{"kernel_key": r.kernel_key, "op_type": r.op_type, "dtype": r.dtype, "features": r.features,
+                     "median_ms": r.median_ms, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms, "fallback": r.fallback,
+                     "source": r.source, "signature": json.loads(r.signature)} for r in rows]
+
+    def versions(self, target: str | None = None) -> list[str]:
+        with Session(self.engine) as s:
+            q = select(VersionRow.version).order_by(VersionRow.created_at)
+            if target:
+                q = q.where(VersionRow.target == target)
+            return list(s.scalars(q))
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # WAL lets readers proceed while one writer commits; busy_timeout waits instead of failing
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()

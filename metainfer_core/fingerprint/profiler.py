@@ -1,0 +1,100 @@
+"""Micro-benchmarks: every distinct kernel of the given graphs is cut out as a standalone
+ONNX model and timed on the target, at the deployment batch and along a batch gradient.
+Kernels already in the library for the current fingerprint version are not measured again."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import onnx
+from onnx import helper
+
+from metainfer_core.backends.base import Backend
+from metainfer_core.features import kernel_features
+from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement
+from metainfer_core.kernels import Kernel, group_kernels
+from metainfer_core.tensors import TensorInfo, tensor_infos
+
+
+@dataclass
+class ProfileReport:
+    fingerprint_version: str
+    measured: int = 0
+    reused: int = 0
+    skipped: list[str] = field(default_factory=list)     # kernels that cannot run standalone, with why
+    seconds: float = 0.0
+
+
+def kernel_model(model: onnx.ModelProto, k: Kernel, infos: dict[str, TensorInfo], batch_scale: int = 1) -> onnx.ModelProto:
+    """The kernel alone: its activations become graph inputs (first dim scaled), its weights
+    are copied, its external outputs become graph outputs."""
+    def vi(name: str, scale: bool) -> onnx.ValueInfoProto:
+        info = infos[name]
+        shape = list(info.shape)
+        if scale and shape:
+            shape[0] *= batch_scale
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(info.dtype), shape)
+
+    weights = set(k.weights)
+    inits = [i for i in model.graph.initializer if i.name in weights]
+    # outputs keep their rank; sizes are left to shape inference since inputs may be scaled
+    out_vis = [helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(infos[o].dtype), [None] * len(infos[o].shape))
+               for o in k.outputs]
+    graph = helper.make_graph([n for n in k.nodes], f"kernel_{k.key()}", [vi(i, True) for i in k.inputs], out_vis, inits)
+    km = helper.make_model(graph, opset_imports=list(model.opset_import))
+    km.ir_version = model.ir_version
+    km.functions.extend(model.functions)
+    onnx.checker.check_model(km)
+    return onnx.shape_inference.infer_shapes(km, strict_mode=True)
+
+
+def distinct_kernels(models: list[onnx.ModelProto]) -> list[tuple[onnx.ModelProto, Kernel, dict[str, TensorInfo]]]:
+    seen, out = set(), []
+    for m in models:
+        infos = tensor_infos(m)
+        for k in group_kernels(m, infos):
+            if k.key() not in seen and k.outputs and all(i in infos for i in k.inputs + k.outputs):
+                seen.add(k.key())
+                out.append((m, k, infos))
+    return out
+
+
+def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.ModelProto], batch_gradient: list[int],
+            reps: int, warmup: int, progress: Callable[[int, int], None] | None = None) -> ProfileReport:
+    info = backend.info
+    version = library.register_version(info)
+    report = ProfileReport(version)
+    t0 = time.perf_counter()
+    known = library.known_keys(version)
+    todo = distinct_kernels(models)
+    batch: list[Measurement] = []
+    for done, (m, k, infos) in enumerate(todo, 1):
+        for scale in batch_gradient:
+            try:
+                km = kernel_model(m, k, infos, scale)
+                standalone = group_kernels(km)
+            except Exception as exc:  # noqa: BLE001 - any op may refuse a scaled or cut-out shape
+                report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
+                continue
+            if len(standalone) != 1:
+                report.skipped.append(f"{k.op_type} {k.node_names[0]}: splits into {len(standalone)} kernels standalone")
+                continue
+            sk = standalone[0]
+            if sk.key() in known:
+                report.reused += 1
+                continue
+            try:
+                timing = backend.benchmark(km, reps=reps, warmup=warmup)
+            except Exception as exc:  # noqa: BLE001 - e.g. no kernel for this dtype on this provider
+                report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
+                continue
+            known.add(sk.key())
+            # normalized graphs express every layout as NCHW (layout changes are explicit Transposes)
+            batch.append(Measurement(sk.key(), sk.op_type, sk.dtype, "NCHW", sk.signature(), kernel_features(sk), timing,
+                                     sk.bytes_in + sk.bytes_weights + sk.bytes_out))
+        if progress:
+            progress(done, len(todo))
+    report.measured = library.add(info, batch)
+    report.seconds = time.perf_counter() - t0
+    return report

@@ -1,0 +1,1 @@
+"""Main-graph rewrites, one per module; each exposes `run(model) -> (model, changes)`."""

@@ -1,0 +1,58 @@
+"""Conv(x, W, B) -> BatchNormalization(scale, bias, mean, var) => Conv(x, W', B')
+
+with k = scale / sqrt(var + epsilon) per output channel, W' = W * k, B' = (B - mean) * k + bias
+(B = 0 when the Conv has none).
+Requires: the Conv output has the BatchNormalization as its only reader and is no graph output;
+W, B and the four BN parameters are constants; BN in inference form (one output).
+Ensures: the Conv takes over the BN output name, so readers and graph outputs are unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, clone
+
+
+def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
+    model = clone(model)
+    index = GraphIndex(model.graph)
+    changes = 0
+    for conv in index.nodes:
+        if _check(index, conv) is None:
+            _rewrite(index, conv)
+            changes += 1
+    index.commit()
+    return model, changes
+
+
+def _check(index: GraphIndex, conv: onnx.NodeProto) -> str | None:
+    if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+        return "not a Conv"
+    bn = index.sole_consumer(conv.output[0])
+    if bn is None or bn.op_type != "BatchNormalization" or bn.input[0] != conv.output[0]:
+        return "the Conv output does not feed only a BatchNormalization"
+    if any(bn.output[1:]) or attr_value(bn, "training_mode", 0):
+        return "the BatchNormalization is in training mode"
+    params = [n for n in conv.input[1:] if n] + list(bn.input[1:5])
+    if not all(index.is_constant(n) for n in params):
+        return "a weight or BN parameter is not constant"
+    if not np.issubdtype(index.constant(conv.input[1]).dtype, np.floating):
+        return "the weights are not floating point"
+    return None
+
+
+def _rewrite(index: GraphIndex, conv: onnx.NodeProto) -> None:
+    bn = index.sole_consumer(conv.output[0])
+    weight = index.constant(conv.input[1])
+    scale, shift, mean, var = (index.constant(n).astype(np.float64) for n in bn.input[1:5])
+    bias = index.constant(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else np.zeros(weight.shape[0])
+    k = scale / np.sqrt(var + attr_value(bn, "epsilon", 1e-5))
+    new_weight = weight.astype(np.float64) * k.reshape(-1, *[1] * (weight.ndim - 1))
+    new_bias = (bias.astype(np.float64) - mean) * k + shift
+    base = conv.name or conv.output[0]
+    index.set_input(conv, 1, index.add_initializer(new_weight.astype(weight.dtype), index.fresh_name(f"{base}_W_bn")))
+    index.set_input(conv, 2, index.add_initializer(new_bias.astype(weight.dtype), index.fresh_name(f"{base}_B_bn")))
+    index.remove(bn)
+    index.set_output(conv, 0, bn.output[0])

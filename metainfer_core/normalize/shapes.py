@@ -1,0 +1,106 @@
+"""Tensor shapes: bind deployment input shapes, infer the rest, and check nothing is unknown."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import shape_inference
+
+from metainfer_core.errors import MetaInferError
+from metainfer_core.normalize.graph_utils import Shape, clone, describe, tensor_shapes
+from metainfer_core.normalize.messages import first_line
+
+
+def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs a caller feeds (an input with an initializer is a default-valued weight)."""
+    weights = {t.name for t in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in weights]
+
+
+def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None) -> onnx.ModelProto:
+    """Set the given inputs' dims to the given sizes; dims already static must agree."""
+    if not input_shapes:
+        return model
+    model = clone(model)
+    inputs = {i.name: i for i in real_inputs(model)}
+    for name, sizes in input_shapes.items():
+        if name not in inputs:
+            raise MetaInferError(
+                f"model.input_shapes names input '{name}', but the model's inputs are "
+                f"{sorted(inputs)}; use one of those names."
+            )
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
+            raise MetaInferError(
+                f"model.input_shapes gives input '{name}' the shape {list(sizes)}; every size must be "
+                "a positive integer, e.g. [1, 3, 224, 224]."
+            )
+        tensor_type = inputs[name].type.tensor_type
+        dims = tensor_type.shape.dim
+        if tensor_type.HasField("shape") and len(dims) != len(sizes):
+            raise MetaInferError(
+                f"model.input_shapes gives input '{name}' rank {len(sizes)} ({list(sizes)}), but the "
+                f"model declares rank {len(dims)} ({_show(dims)}); give exactly {len(dims)} sizes."
+            )
+        for axis, (dim, size) in enumerate(zip(dims, sizes)):
+            if dim.HasField("dim_value") and dim.dim_value != size:
+                raise MetaInferError(
+                    f"model.input_shapes gives input '{name}' size {size} on axis {axis}, but the model "
+                    f"fixes that axis to {dim.dim_value} ({_show(dims)}); only symbolic axes can be bound."
+                )
+        tensor_type.shape.Clear()
+        for size in sizes:
+            tensor_type.shape.dim.add().dim_value = size
+    del model.graph.value_info[:]  # inferred from the old symbolic shapes; inferred again later
+    return model
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference, strict and with data propagation (also runs inside subgraphs)."""
+    try:
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as exc:  # InferenceError names the node: "(op_type:Conv, node name: c1): ..."
+        raise MetaInferError(
+            f"Shape inference found inconsistent tensor types or shapes: {first_line(exc)}. Check that "
+            "model.input_shapes matches what the model expects, or re-export the model."
+        ) from None
+
+
+def symbolic_inputs(model: onnx.ModelProto) -> dict[str, Shape]:
+    """Every fed input's dims: int when static, the symbol (or '?' when unnamed) when dynamic."""
+    shapes = tensor_shapes(model.graph)
+    return {
+        i.name: [d if d is not None else "?" for d in shapes[i.name]]
+        for i in real_inputs(model)
+        if shapes.get(i.name) is not None
+    }
+
+
+def check_complete(model: onnx.ModelProto) -> None:
+    """Raise for the first main-graph tensor (inputs, node outputs, outputs) with no dtype or rank."""
+    graph = model.graph
+    types = {vi.name: vi.type for vi in [*graph.value_info, *graph.input, *graph.output]}
+    weights = {t.name for t in graph.initializer}
+    tensors = [(i.name, "a graph input") for i in graph.input]
+    for node in graph.node:
+        tensors += [(o, f"output {k} of node {describe(node)} ({node.op_type})") for k, o in enumerate(node.output) if o]
+    tensors += [(o.name, "a graph output") for o in graph.output]
+    for name, origin in tensors:
+        missing = None if name in weights else _missing(types.get(name))
+        if missing:
+            raise MetaInferError(
+                f"Tensor '{name}' ({origin}) has an unknown {missing} after shape inference, so the "
+                "normalized model is incomplete; bind the model's dynamic inputs with "
+                "model.input_shapes, or replace the op that ONNX shape inference cannot follow."
+            )
+
+
+def _missing(type_proto: onnx.TypeProto | None) -> str | None:
+    if type_proto is None or not type_proto.HasField("tensor_type"):
+        # sequences / maps / optionals carry their own element types; only tensors need a rank
+        return "dtype and rank" if type_proto is None or not type_proto.WhichOneof("value") else None
+    if type_proto.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
+        return "dtype"
+    return None if type_proto.tensor_type.HasField("shape") else "rank"
+
+
+def _show(dims) -> str:  # type: ignore[no-untyped-def]
+    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims) + "]"

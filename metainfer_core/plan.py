@@ -1,0 +1,103 @@
+"""plan.json (the contract of SPEC.md section 6) and the run folder it lives in.
+
+A run writes into a hidden staging folder and renames it into place only when everything is
+written, so a failed run leaves no half-written plan behind."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+PLAN_SCHEMA = "meta-infer/plan/v1"
+
+
+def _clean(x: Any) -> Any:
+    """JSON-safe: NaN/inf become null, tuples lists, numpy scalars plain numbers."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if hasattr(x, "item") and callable(x.item):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+class RunFolder:
+    def __init__(self, artifacts: Path, run_name: str):
+        self.final = artifacts / "runs" / run_name
+        self.staging = artifacts / "runs" / f".{run_name}.partial"
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.mkdir(parents=True)
+
+    def path(self, name: str) -> Path:
+        return self.staging / name
+
+    def write_json(self, name: str, data: Any) -> Path:
+        p = self.path(name)
+        p.write_text(json.dumps(_clean(data), indent=2, sort_keys=False))
+        return p
+
+    def commit(self) -> Path:
+        if self.final.exists():
+            shutil.rmtree(self.final)
+        os.replace(self.staging, self.final)
+        return self.final
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def metrics_of(v: dict | None) -> dict:
+    keys = ("latency_ms", "peak_mem_bytes", "accuracy_loss", "compile_s")
+    return {k: (v or {}).get(k) for k in keys}
+
+
+def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, outcome, verified, decision, chosen,
+               timings: dict, artifact: Path, mlflow_run_id: str | None) -> dict:
+    """Assemble plan.json from the stage outputs (SPEC.md section 6)."""
+    measurement = info.measurement
+    baseline = verified.baseline.as_dict() if verified else None
+    chosen_v = verified.candidates[decision.chosen].as_dict() if verified and decision.chosen is not None else None
+    pred_source = chosen if chosen is not None else outcome.default
+    return {
+        "schema": PLAN_SCHEMA,
+        "model": {"name": prepared.name, "source": prepared.source, "sha256": prepared.sha256,
+                  "nodes_before": prepared.normalized.nodes_before, "nodes_after": prepared.normalized.nodes_after,
+                  "symbolic_dims": prepared.normalized.symbolic_dims},
+        "target": {"name": info.name, "measurement": measurement, "firmware": info.firmware, "driver": info.driver,
+                   "runtime": info.runtime,
+                   "note": "latencies are simulated by the target's spec model" if measurement == "modeled"
+                   else "latencies are measured on this machine"},
+        "fingerprint_version": info.fingerprint_version,
+        "predictor": {"n_records": cost_model_meta.n_records, "val_mape": cost_model_meta.val_mape},
+        "weights": settings.weights.model_dump(),
+        "accuracy_bound": settings.accuracy.max_loss,
+        "decision": decision.decision,
+        "reason": decision.reason,
+        "actions": [st.as_dict() for st in chosen.steps] if chosen is not None else [],
+        "predicted": {"latency_ms": pred_source.latency_ms, "peak_mem_bytes": pred_source.peak_mem_bytes,
+                      "accuracy_loss": pred_source.accuracy_loss, "score": pred_source.score},
+        "measured": metrics_of(chosen_v or baseline),
+        "baseline": metrics_of(baseline) | {"predicted_latency_ms": outcome.default.latency_ms},
+        "candidates": [
+            {"label": v.label, "actions": [st.as_dict() for st in c.steps], "predicted_latency_ms": c.latency_ms,
+             "predicted_score": c.score, "measured": metrics_of(v.as_dict()), "error": v.error}
+            for c, v in zip(outcome.result.top if outcome.result else [], verified.candidates if verified else [])],
+        "warnings": ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
+                      "figures for them mean little; give real inputs with data.inputs=<file.npz>"]
+                     if prepared.degenerate else []),
+        "profile": {"measured": profile_report.measured, "reused": profile_report.reused,
+                    "skipped": profile_report.skipped[:20]},
+        "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,
+                    "pruned": outcome.result.pruned, "illegal": outcome.result.illegal,
+                    "failed": outcome.result.failed, "stopped_by_budget": outcome.result.stopped_by_budget}
+                   if outcome.result else None),
+        "timings": timings,
+        "artifact": str(artifact),
+        "mlflow_run_id": mlflow_run_id,
+    }

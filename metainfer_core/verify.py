@@ -1,0 +1,67 @@
+"""Verification on the target: compile, warm up, then time the default plan and every
+candidate in interleaved rounds (A B C A B C ...) so drift of a shared machine hits all alike.
+Also peak memory and accuracy loss against the fp32 reference, computed from the outputs the
+target itself produced."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx
+
+from metainfer_core.accuracy import plan_loss
+from metainfer_core.backends.base import Backend, Compiled
+
+
+@dataclass
+class Verified:
+    label: str
+    latency_ms: float = float("nan")      # median over timed runs
+    p90_ms: float = float("nan")
+    peak_mem_bytes: int = 0
+    accuracy_loss: float = float("nan")
+    compile_s: float = 0.0
+    error: str | None = None
+    samples_ms: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def spread(self) -> float:
+        """Relative run-to-run noise: (p90 - median) / median."""
+        return (self.p90_ms - self.latency_ms) / self.latency_ms if self.ok and self.latency_ms > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("samples_ms")
+        return d
+
+
+def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[dict[str, np.ndarray]],
+           reference: list[list[np.ndarray]], runs: int, warmup: int) -> list[Verified]:
+    results = [Verified(label) for label, _ in models]
+    compiled: list[Compiled | None] = []
+    for (label, model), res in zip(models, results):
+        try:
+            c = backend.compile(model)
+            res.compile_s = c.compile_s
+            outputs = [c.run(f) for f in feeds]
+            res.accuracy_loss = plan_loss(reference, outputs)
+            res.peak_mem_bytes = c.peak_memory(feeds[0])
+            for _ in range(warmup):
+                c.time_once(feeds[0])
+            compiled.append(c)
+        except Exception as exc:  # noqa: BLE001 - a candidate that fails to run is rejected, not fatal
+            res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            compiled.append(None)
+    for _ in range(runs):
+        for c, res in zip(compiled, results):
+            if c is not None:
+                res.samples_ms.append(c.time_once(feeds[0]))
+    for res in results:
+        if res.samples_ms:
+            arr = np.asarray(res.samples_ms)
+            res.latency_ms, res.p90_ms = float(np.median(arr)), float(np.percentile(arr, 90))
+    return results

@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers over metainfer_core, plus the Hydra/MLflow glue."""

@@ -1,0 +1,81 @@
+"""The adapt pipeline's Prefect tasks, one per stage; each is a thin wrapper over
+metainfer_core.stages. Settings travel as plain dicts (stable to hash and to serialise)."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from metainfer_core import stages
+from metainfer_core.plan import RunFolder, build_plan
+from metainfer_core.settings import Settings, validate_settings
+
+
+def _progress(msg: str) -> None:
+    print(f"[meta-infer] {msg}", file=sys.stderr, flush=True)
+
+
+def _settings(raw: dict) -> Settings:
+    return validate_settings(raw)
+
+
+@task(name="normalize", cache_policy=NO_CACHE)
+def normalize_task(raw: dict) -> stages.Prepared:
+    s = _settings(raw)
+    return stages.prepare(s, stages.make_backend(s).info.static_shapes, _progress)
+
+
+@task(name="profile", cache_policy=NO_CACHE)
+def profile_task(raw: dict, prepared: stages.Prepared):
+    s = _settings(raw)
+    return stages.profile_stage(s, prepared, stages.make_backend(s), _progress)
+
+
+@task(name="train_predictor", cache_policy=NO_CACHE)
+def train_predictor_task(raw: dict, fingerprint_version: str):
+    return stages.train_stage(_settings(raw), fingerprint_version, _progress)
+
+
+@task(name="search", cache_policy=NO_CACHE)
+def search_task(raw: dict, prepared: stages.Prepared, cost_model) -> stages.SearchOutcome:
+    s = _settings(raw)
+    return stages.search_stage(s, prepared, stages.make_backend(s), cost_model, _progress)
+
+
+@task(name="verify", cache_policy=NO_CACHE)
+def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome) -> stages.VerifyOutcome:
+    s = _settings(raw)
+    return stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress)
+
+
+@task(name="rollback", cache_policy=NO_CACHE)
+def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
+                  cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
+                  timings: dict) -> tuple[Path, dict]:
+    """Decide, then write the run folder (chosen model, plan.json, feature map) atomically."""
+    s = _settings(raw)
+    backend = stages.make_backend(s)
+    decision, chosen = stages.decide_stage(s, backend, outcome, verified)
+    _progress(f"decision: {decision.decision}: {decision.reason}")
+    folder = RunFolder(s.artifacts, run_name)
+    try:
+        chosen_model = chosen.model if chosen is not None else prepared.model
+        (folder.path("model.onnx")).write_bytes(chosen_model.SerializeToString())
+        folder.write_json("feature_map.json", prepared.feature_map)
+        folder.write_json("normalize_log.json", {"log": prepared.normalized.log,
+                                                 "max_abs_err": prepared.normalized.max_abs_err})
+        timings = dict(timings, compile_s=sum(v.compile_s for v in [verified.baseline] + verified.candidates))
+        timings["total_s"] = time.perf_counter() - timings.pop("_t0")
+        plan = build_plan(settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,
+                          cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
+                          chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
+                          mlflow_run_id=mlflow_run_id)
+        folder.write_json("plan.json", plan)
+        final = folder.commit()
+    except BaseException:
+        folder.discard()
+        raise
+    return final, plan
