@@ -90,7 +90,8 @@ def _qdq_groups(graph: onnx.GraphProto, inits: set[str]) -> list[list[onnx.NodeP
 
 
 def _dtype_of(nodes: list[onnx.NodeProto], infos: dict[str, TensorInfo]) -> str:
-    if any(n.op_type == "QuantizeLinear" for n in nodes) and any(n.op_type not in QDQ_OPS for n in nodes):
+    # a quantized op, or a lone (de)quantize at a boundary: both run on the integer units
+    if any(n.op_type == "QuantizeLinear" for n in nodes) or all(n.op_type in QDQ_OPS for n in nodes):
         return "int8"
     for n in nodes:
         for i in n.input:
@@ -120,6 +121,11 @@ def make_kernel(nodes: list[onnx.NodeProto], graph: onnx.GraphProto, infos: dict
     attr = {}
     for n in compute:
         attr.update({k: v for k, v in attrs(n).items() if k in _ATTR_FEATURES})
+        # kernel_shape is optional in ONNX (implied by the weight); exporters often omit it
+        if n.op_type in ("Conv", "ConvTranspose") and "kernel_shape" not in attr and len(n.input) > 1:
+            w = infos.get(n.input[1])
+            if w is not None:
+                attr["kernel_shape"] = list(w.shape[2:])
 
     def size(names_):
         return sum(infos[t].nbytes for t in names_ if t in infos)

@@ -86,6 +86,8 @@ class ActionSpaceSettings(_Strict):
         unknown = sorted(set(actions) - set(ACTIONS))
         if unknown:
             raise ValueError(f"unknown action(s) {unknown}; known actions are {sorted(ACTIONS)}")
+        for name, domain in actions.items():
+            ACTIONS[name].choices(domain or {})   # raises ValueError naming a bad parameter or value
         return actions
 
 

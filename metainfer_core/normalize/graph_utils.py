@@ -22,6 +22,8 @@ NON_DETERMINISTIC = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
 
+AI_ONNX = ("", "ai.onnx")  # the two spellings of the default domain
+
 Shape = list[int | str | None]  # int: static dim, str: symbolic dim, None: unknown dim
 
 
@@ -64,7 +66,7 @@ def outer_scope_names(graph: onnx.GraphProto) -> set[str]:
 
 def is_op(node: onnx.NodeProto | None, op_type: str) -> bool:
     """A node of the given ai.onnx op type (None, the producer of a graph input, is none)."""
-    return node is not None and node.op_type == op_type and node.domain in ("", "ai.onnx")
+    return node is not None and node.op_type == op_type and node.domain in AI_ONNX
 
 
 def describe(node: onnx.NodeProto) -> str:

@@ -6,7 +6,7 @@ import onnx
 from onnx import helper, version_converter
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.graph_utils import describe, iter_graphs
+from metainfer_core.normalize.graph_utils import AI_ONNX, describe, iter_graphs
 from metainfer_core.normalize.messages import first_line
 
 CANONICAL_OPSET = 17
@@ -44,7 +44,7 @@ def to_canonical_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
 
 def default_opset(model: onnx.ModelProto) -> int:
     for opset in model.opset_import:
-        if opset.domain in ("", "ai.onnx"):
+        if opset.domain in AI_ONNX:
             return opset.version
     raise MetaInferError(
         "The model declares no ai.onnx opset in opset_import, so its operators have no defined "
@@ -69,7 +69,7 @@ def _explain_failure(model: onnx.ModelProto, version: int, exc: Exception) -> st
     """Find the first node that cannot be converted on its own, and say why."""
     for graph in iter_graphs(model.graph):
         for node in graph.node:
-            if node.domain not in ("", "ai.onnx"):
+            if node.domain not in AI_ONNX:
                 continue
             reason = _node_failure(node, version)
             if reason:

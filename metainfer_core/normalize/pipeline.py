@@ -9,7 +9,7 @@ import onnx
 
 from metainfer_core.normalize.equivalence import max_abs_errors
 from metainfer_core.normalize.graph_utils import Shape, topological_sort
-from metainfer_core.normalize.opset import CANONICAL_OPSET, default_opset, to_canonical_opset
+from metainfer_core.normalize.opset import default_opset, to_canonical_opset
 from metainfer_core.normalize.passes import (
     cancel_transposes,
     constant_folding,

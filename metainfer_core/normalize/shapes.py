@@ -81,7 +81,8 @@ def check_complete(model: onnx.ModelProto) -> None:
     weights = {t.name for t in graph.initializer}
     tensors = [(i.name, "a graph input") for i in graph.input]
     for node in graph.node:
-        tensors += [(o, f"output {k} of node {describe(node)} ({node.op_type})") for k, o in enumerate(node.output) if o]
+        origin = f"of node {describe(node)} ({node.op_type})"
+        tensors += [(o, f"output {k} {origin}") for k, o in enumerate(node.output) if o]
     tensors += [(o.name, "a graph output") for o in graph.output]
     for name, origin in tensors:
         missing = None if name in weights else _missing(types.get(name))

@@ -12,19 +12,18 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from metainfer_core.normalize.graph_utils import GraphIndex, clone, transpose_perm
+from metainfer_core.normalize.graph_utils import GraphIndex, is_op, sweep, transpose_perm
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    model = clone(model)
-    index = GraphIndex(model.graph)
-    changes = 0
-    for node in index.nodes:
-        if merge_with_producer(index, node) is None:
-            drop_if_identity(index, node)
-            changes += 1
-    index.commit()
-    return model, changes
+    return sweep(model, _rewrite)
+
+
+def _rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
+    if merge_with_producer(index, node) is not None:
+        return 0
+    drop_if_identity(index, node)
+    return 1
 
 
 def perm_of(index: GraphIndex, node: onnx.NodeProto) -> list[int] | None:
@@ -40,10 +39,10 @@ def set_perm(node: onnx.NodeProto, perm: list[int]) -> None:
 
 def merge_with_producer(index: GraphIndex, node: onnx.NodeProto) -> str | None:
     """Rewrite a Transpose fed by a Transpose to read that one's input; None when done, else why not."""
-    if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
+    if not is_op(node, "Transpose"):
         return "not a Transpose"
     first = index.producer.get(node.input[0])
-    if first is None or first.op_type != "Transpose" or first.domain not in ("", "ai.onnx"):
+    if not is_op(first, "Transpose"):
         return "not fed by a Transpose"
     p1, p2 = perm_of(index, first), perm_of(index, node)
     if p1 is None and p2 is None:  # two axis reversals cancel at any rank

@@ -77,4 +77,6 @@ def _probe(index: GraphIndex, node: onnx.NodeProto, model: onnx.ModelProto) -> o
     weights = [index.initializers[n] for n in dict.fromkeys(node.input) if n]
     outputs = [helper.make_value_info(n, onnx.TypeProto()) for n in node.output if n]
     graph = helper.make_graph([node], "fold", [], outputs, weights)
-    return helper.make_model(graph, opset_imports=model.opset_import, functions=model.functions, ir_version=model.ir_version)
+    return helper.make_model(
+        graph, opset_imports=model.opset_import, functions=model.functions, ir_version=model.ir_version
+    )

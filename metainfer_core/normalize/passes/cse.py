@@ -11,27 +11,25 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import NON_DETERMINISTIC, GraphIndex, clone, subgraphs
+from metainfer_core.normalize.graph_utils import NON_DETERMINISTIC, GraphIndex, subgraphs, sweep
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    model = clone(model)
-    index = GraphIndex(model.graph)
-    seen: dict[tuple, onnx.NodeProto] = {}
-    changes = 0
-    for node in index.nodes:
+    seen: dict[tuple, onnx.NodeProto] = {}  # first node of each key, in sweep order
+
+    def rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
         if node.op_type in NON_DETERMINISTIC or subgraphs(node):
-            continue
-        key = _key(node)
-        kept = seen.setdefault(key, node)
-        if kept is not node and _check(index, node, kept) is None:
-            for old, new in zip(node.output, kept.output):
-                if old:
-                    index.forward(old, new)
-            index.remove(node)
-            changes += 1
-    index.commit()
-    return model, changes
+            return 0
+        kept = seen.setdefault(_key(node), node)
+        if kept is node or _check(index, node, kept) is not None:
+            return 0
+        for old, new in zip(node.output, kept.output):
+            if old:
+                index.forward(old, new)
+        index.remove(node)
+        return 1
+
+    return sweep(model, rewrite)
 
 
 def _key(node: onnx.NodeProto) -> tuple:

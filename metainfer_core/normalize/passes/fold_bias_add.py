@@ -12,35 +12,39 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, clone
+from metainfer_core.normalize.graph_utils import GraphIndex, is_op, sweep
 
 _GEMM_DTYPES = (np.float32, np.float64)  # what ONNX Runtime's CPU Gemm kernels take
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    model = clone(model)
-    index = GraphIndex(model.graph)
-    changes = 0
-    for node in index.nodes:
-        found = _match(index, node)
-        if isinstance(found, str):
-            continue
-        add, bias = found
-        if node.op_type == "Conv":
-            _fold_into_conv(index, node, add, bias)
-        else:
-            _to_gemm(index, node, add, bias)
-        changes += 1
-    index.commit()
-    return model, changes
+    return sweep(model, _rewrite)
+
+
+def _rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
+    found = _match(index, node)
+    if isinstance(found, str):
+        return 0
+    add, bias = found
+    if node.op_type == "Conv":
+        extra = index.constant(bias).reshape(-1)
+        own = index.constant(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros_like(extra)
+        name = index.fresh_name(f"{node.name or node.output[0]}_B_add")
+        index.set_input(node, 2, index.add_initializer((own + extra).astype(extra.dtype), name))
+    else:
+        node.op_type = "Gemm"
+        index.set_input(node, 2, bias)
+    index.remove(add)
+    index.set_output(node, 0, add.output[0])
+    return 1
 
 
 def _match(index: GraphIndex, node: onnx.NodeProto) -> tuple[onnx.NodeProto, str] | str:
     """The Add and its constant operand's name, or why the pattern does not hold."""
-    if node.op_type not in ("Conv", "MatMul") or node.domain not in ("", "ai.onnx"):
+    if not (is_op(node, "Conv") or is_op(node, "MatMul")):
         return "not a Conv or MatMul"
     add = index.sole_consumer(node.output[0])
-    if add is None or add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+    if not is_op(add, "Add"):
         return "the output does not feed only an Add"
     others = [n for n in add.input if n != node.output[0]]
     if len(others) != 1 or not index.is_constant(others[0]):
@@ -60,18 +64,3 @@ def _match(index: GraphIndex, node: onnx.NodeProto) -> tuple[onnx.NodeProto, str
         return "the bias shape or dtype does not fit Gemm"
     return add, bias
 
-
-def _fold_into_conv(index: GraphIndex, conv: onnx.NodeProto, add: onnx.NodeProto, bias: str) -> None:
-    extra = index.constant(bias).reshape(-1)
-    old = index.constant(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else np.zeros_like(extra)
-    name = index.fresh_name(f"{conv.name or conv.output[0]}_B_add")
-    index.set_input(conv, 2, index.add_initializer((old + extra).astype(extra.dtype), name))
-    index.remove(add)
-    index.set_output(conv, 0, add.output[0])
-
-
-def _to_gemm(index: GraphIndex, matmul: onnx.NodeProto, add: onnx.NodeProto, bias: str) -> None:
-    matmul.op_type = "Gemm"
-    index.set_input(matmul, 2, bias)
-    index.remove(add)
-    index.set_output(matmul, 0, add.output[0])

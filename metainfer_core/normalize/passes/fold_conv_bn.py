@@ -12,26 +12,18 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, clone
+from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, sweep
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    model = clone(model)
-    index = GraphIndex(model.graph)
-    changes = 0
-    for conv in index.nodes:
-        if _check(index, conv) is None:
-            _rewrite(index, conv)
-            changes += 1
-    index.commit()
-    return model, changes
+    return sweep(model, _rewrite)
 
 
 def _check(index: GraphIndex, conv: onnx.NodeProto) -> str | None:
-    if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+    if not is_op(conv, "Conv"):
         return "not a Conv"
     bn = index.sole_consumer(conv.output[0])
-    if bn is None or bn.op_type != "BatchNormalization" or bn.input[0] != conv.output[0]:
+    if not is_op(bn, "BatchNormalization") or bn.input[0] != conv.output[0]:
         return "the Conv output does not feed only a BatchNormalization"
     if any(bn.output[1:]) or attr_value(bn, "training_mode", 0):
         return "the BatchNormalization is in training mode"
@@ -43,7 +35,9 @@ def _check(index: GraphIndex, conv: onnx.NodeProto) -> str | None:
     return None
 
 
-def _rewrite(index: GraphIndex, conv: onnx.NodeProto) -> None:
+def _rewrite(index: GraphIndex, conv: onnx.NodeProto) -> int:
+    if _check(index, conv) is not None:
+        return 0
     bn = index.sole_consumer(conv.output[0])
     weight = index.constant(conv.input[1])
     scale, shift, mean, var = (index.constant(n).astype(np.float64) for n in bn.input[1:5])
@@ -56,3 +50,4 @@ def _rewrite(index: GraphIndex, conv: onnx.NodeProto) -> None:
     index.set_input(conv, 2, index.add_initializer(new_bias.astype(weight.dtype), index.fresh_name(f"{base}_B_bn")))
     index.remove(bn)
     index.set_output(conv, 0, bn.output[0])
+    return 1

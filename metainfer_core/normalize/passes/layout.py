@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, clone
+from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, sweep
 from metainfer_core.normalize.passes.cancel_transposes import (
     drop_if_identity,
     merge_with_producer,
@@ -24,18 +24,16 @@ from metainfer_core.normalize.passes.cancel_transposes import (
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    model = clone(model)
-    index = GraphIndex(model.graph)
-    changes = 0
-    for node in index.nodes:
-        if node.op_type != "Transpose" or node.domain not in ("", "ai.onnx"):
-            continue
-        changed = merge_with_producer(index, node) is None
-        if drop_if_identity(index, node):
-            changed = True
-        elif attr_value(node, "perm") is None and perm_of(index, node) is not None:
-            set_perm(node, perm_of(index, node))  # spell the implicit axis reversal out
-            changed = True
-        changes += changed
-    index.commit()
-    return model, changes
+    return sweep(model, _rewrite)
+
+
+def _rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
+    if not is_op(node, "Transpose"):
+        return 0
+    merged = merge_with_producer(index, node) is None
+    if drop_if_identity(index, node):
+        return 1
+    if attr_value(node, "perm") is None and perm_of(index, node) is not None:
+        set_perm(node, perm_of(index, node))  # spell the implicit axis reversal out
+        return 1
+    return int(merged)

@@ -13,30 +13,25 @@ import math
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, clone, static_shape
+from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, static_shape, sweep
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    model = clone(model)
-    index = GraphIndex(model.graph)
+    return sweep(model, _rewrite)
+
+
+def _rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
+    if not is_op(node, "Reshape"):
+        return 0
     changes = 0
-    for node in index.nodes:
-        if not _is_reshape(node):
-            continue
-        first = index.producer.get(node.input[0])
-        if _is_reshape(first) and _no_zero(index, node):
-            index.set_input(node, 0, first.input[0])
-            changes += 1
-        in_shape = static_shape(index.shapes.get(node.input[0]))
-        if in_shape is not None and _result_shape(index, node) == in_shape and index.forward(node.output[0], node.input[0]):
-            index.remove(node)
-            changes += 1
-    index.commit()
-    return model, changes
-
-
-def _is_reshape(node: onnx.NodeProto | None) -> bool:
-    return node is not None and node.op_type == "Reshape" and node.domain in ("", "ai.onnx")
+    if is_op(index.producer.get(node.input[0]), "Reshape") and _no_zero(index, node):
+        index.set_input(node, 0, index.producer[node.input[0]].input[0])
+        changes += 1
+    in_shape = static_shape(index.shapes.get(node.input[0]))
+    if in_shape is not None and _result_shape(index, node) == in_shape and index.forward(node.output[0], node.input[0]):
+        index.remove(node)
+        changes += 1
+    return changes
 
 
 def _no_zero(index: GraphIndex, node: onnx.NodeProto) -> bool:
@@ -47,7 +42,7 @@ def _no_zero(index: GraphIndex, node: onnx.NodeProto) -> bool:
 def _result_shape(index: GraphIndex, node: onnx.NodeProto) -> list[int] | None:
     """The Reshape's output shape when its input shape is static and its target constant."""
     dims = static_shape(index.shapes.get(node.input[0]))
-    target = index.constant(node.input[1]) if len(node.input) > 1 else None
+    target = index.constant(node.input[1])
     if dims is None or target is None:
         return None
     out = target.tolist()

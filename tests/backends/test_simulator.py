@@ -1,0 +1,112 @@
+"""The modeled backends: costs follow the spec in conf/target/*.yaml."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.backends import create_backend
+from metainfer_core.kernels import group_kernels
+from metainfer_core.tensors import random_feeds, tensor_infos
+from metainfer_core.zoo import build
+from tasks.compose import CONF_DIR
+
+from graphs import conv_chain
+
+MODELED = ["gpu", "npu", "fpga", "asic"]
+
+
+def backend(name: str, **spec_changes):
+    cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
+    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **spec_changes})
+
+
+def _int8(m):
+    params = {"scope": "all", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
+              "calibrate_method": "MinMax"}
+    site = ACTIONS["int8"].sites(m, params, backend("npu").info)[0]
+    return ACTIONS["int8"].apply(m, site, params, ActionContext(calibration_feeds=[random_feeds(m)]))
+
+
+def test_modeled_info_says_modeled():
+    for t in MODELED:
+        assert backend(t).info.measurement == "modeled"
+
+
+def test_unsupported_precision_falls_back_to_host_and_costs_more():
+    m = conv_chain(cin=32, cout=32, size=32)
+    npu = backend("npu")                       # no fp32 datapath
+    fp32 = npu.benchmark(m, reps=5, warmup=0)
+    int8 = npu.benchmark(_int8(m), reps=5, warmup=0)
+    assert fp32.fallback and not int8.fallback
+    assert int8.median_ms < fp32.median_ms / 3
+
+
+def test_op_outside_op_set_pays_host_and_link():
+    m = conv_chain(extra_op="Tanh")            # Tanh is not in the fpga op set
+    fpga = backend("fpga")
+    with_tanh = backend("fpga", supported_ops=fpga.spec["supported_ops"] + ["Tanh"])
+    infos = tensor_infos(m)
+    ks = group_kernels(m, infos)
+    assert "Tanh" in fpga.device.unsupported_reason(ks[-1])
+    total, host = fpga.device.graph_us(ks, infos)
+    _, none = with_tanh.device.graph_us(ks, infos)
+    assert (host, none) == (1, 0)
+    # device kernels + the host kernel + the link both ways: x goes up, r comes back down
+    expected = (sum(fpga.device.device_us(k) for k in ks[:-1]) + fpga.device.host_us(ks[-1])
+                + fpga.device.link_us(infos["x"].nbytes) + fpga.device.link_us(infos["r"].nbytes))
+    assert total == pytest.approx(expected)
+
+
+def test_sram_spill_slows_memory_bound_kernels():
+    m = conv_chain(cin=16, cout=16, size=256)    # int8 in + out = 2 MiB > the npu's 1 MiB SRAM
+    roomy = backend("npu", sram_bytes=1 << 30).benchmark(_int8(m), reps=3, warmup=0).median_ms
+    tight = backend("npu").benchmark(_int8(m), reps=3, warmup=0).median_ms
+    assert tight > roomy
+
+
+def test_noise_is_seeded():
+    m = conv_chain()
+    a = [backend("gpu").compile(m).time_once({}) for _ in range(2)]
+    b = [backend("gpu").compile(m).time_once({}) for _ in range(2)]
+    assert a == b and len({round(x, 12) for x in a}) >= 1
+
+
+def test_fusion_cuts_launch_overhead():
+    m = conv_chain(extra_op="Sigmoid")
+    gpu = backend("gpu")
+    site = ACTIONS["fuse_chain"].sites(m, {"max_depth": 4}, gpu.info)[0]
+    fused = ACTIONS["fuse_chain"].apply(m, site, {"max_depth": 4}, ActionContext(target=gpu.info))
+    assert len(group_kernels(fused)) == 1
+    assert gpu.benchmark(fused, reps=9, warmup=0).median_ms < gpu.benchmark(m, reps=9, warmup=0).median_ms
+
+
+def test_numerics_match_cpu_reference():
+    m = build("mobilenet_v2_tiny")
+    feeds = random_feeds(m)
+    import onnxruntime as ort
+
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_allclose(backend("fpga").compile(m).run(feeds)[0], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_targets_rank_the_same_kernels_differently():
+    """The same model's kernel costs order differently on different devices (SPEC section 1)."""
+    m = _int8(build("efficientnet_tiny"))      # every modeled target has an int8 datapath
+    infos = tensor_infos(m)
+    ks = group_kernels(m, infos)
+    orders = {}
+    for t in MODELED:
+        dev = backend(t).device
+        costs = [dev.device_us(k) if dev.unsupported_reason(k) is None else dev.host_us(k) for k in ks]
+        orders[t] = tuple(np.argsort(costs, kind="stable"))
+    assert len(set(orders.values())) == len(MODELED)
+
+
+@pytest.mark.parametrize("name", MODELED)
+def test_memory_is_the_liveness_estimate(name):
+    m = build("resnet_tiny")
+    peak = backend(name).compile(m).peak_memory({})
+    weights = sum(int(np.prod(i.dims)) * 4 for i in m.graph.initializer)
+    assert weights < peak < weights + 4 * 1024 * 1024

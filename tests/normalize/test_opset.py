@@ -1,0 +1,48 @@
+import numpy as np
+import pytest
+from onnx import helper
+
+from metainfer_core.errors import MetaInferError
+from metainfer_core.normalize.opset import CANONICAL_OPSET, default_opset, to_canonical_opset
+
+from .graphs import model, op_types, run, value
+
+
+def test_opset_11_model_is_upgraded_to_17():
+    before = model(
+        [helper.make_node("Squeeze", ["x"], ["s"], axes=[0]), helper.make_node("Unsqueeze", ["s"], ["y"], axes=[1])],
+        [value("x", [1, 3])],
+        [value("y", [3, 1])],
+        opset=11,
+    )
+    after, version = to_canonical_opset(before)
+    assert (version, default_opset(after)) == (11, CANONICAL_OPSET)
+    assert [n for n in op_types(after) if n != "Constant"] == ["Squeeze", "Unsqueeze"]
+    x = {"x": np.arange(3, dtype=np.float32).reshape(1, 3)}
+    np.testing.assert_allclose(run(after, x)[0], run(before, x)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_newer_opset_is_kept():
+    before = model([helper.make_node("Relu", ["x"], ["y"])], [value("x", [2])], [value("y", [2])], opset=18)
+    after, version = to_canonical_opset(before)
+    assert version == 18 and after is before
+
+
+def test_unknown_custom_domain_names_node_op_and_domain():
+    frob = helper.make_node("Frobnicate", ["x"], ["y"], name="frob1", domain="acme.ops")
+    before = model([frob], [value("x", [2])], [value("y", [2])], domains=[("acme.ops", 1)])
+    with pytest.raises(MetaInferError, match=r"'frob1'.*'Frobnicate'.*'acme\.ops'"):
+        to_canonical_opset(before)
+
+
+def test_microsoft_domain_is_allowed():
+    gelu = helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")
+    before = model([gelu], [value("x", [2])], [value("y", [2])], domains=[("com.microsoft", 1)])
+    assert to_canonical_opset(before)[1] == 17
+
+
+def test_unconvertible_node_is_named():
+    before = model([helper.make_node("Relu", ["x"], ["y"])], [value("x", [2])], [value("y", [2])], opset=11)
+    before.graph.node.append(helper.make_node("NotAnOp", ["y"], ["z"], name="bad"))
+    with pytest.raises(MetaInferError, match=r"Node 'bad' \(op NotAnOp\) cannot be converted from opset 11"):
+        to_canonical_opset(before)

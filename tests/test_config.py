@@ -1,0 +1,67 @@
+"""Config composition: every option of every group composes and validates; bad values fail
+before any work with one paragraph naming the setting."""
+from __future__ import annotations
+
+import pytest
+
+from metainfer_core.errors import MetaInferError
+from tasks.compose import GROUPS, options
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_every_group_option_composes(group, settings_for, tmp_path):
+    for option in options(group):
+        extra = [f"model.path={tmp_path / 'm.onnx'}"] if (group, option) == ("model", "file") else []
+        if extra:
+            (tmp_path / "m.onnx").write_bytes(b"")
+        s = settings_for(f"{group}={option}", *extra)
+        assert getattr(s, group).name in (option, "m")
+
+
+def test_defaults(settings_for, tmp_path):
+    s = settings_for()
+    assert (s.model.name, s.target.name, s.weights.name) == ("resnet_tiny", "cpu", "balanced")
+    assert s.tracking.mlflow_uri == f"sqlite:///{tmp_path}/mlflow.db"
+    assert s.tracking.fingerprint_db.endswith(f"{tmp_path}/fingerprints.db")
+
+
+def test_every_target_builds_a_backend(settings_for):
+    from metainfer_core.stages import make_backend
+
+    kinds = {}
+    for t in options("target"):
+        info = make_backend(settings_for(f"target={t}")).info
+        kinds[t] = info.measurement
+        assert info.fingerprint_version.startswith(t)
+    assert kinds == {"cpu": "measured", "gpu": "modeled", "npu": "modeled", "fpga": "modeled", "asic": "modeled"}
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("weights.latency=-1", "weights.latency"),
+    ("search.beam_width=0", "search.beam_width"),
+    ("model=file", "model.path"),
+    ("target=tpu", "Unknown target option 'tpu'"),
+    ("weights=turbo", "Available: accuracy, balanced, embedded, latency"),
+    ("accuracy.max_loss=2", "accuracy.max_loss"),
+    ("search.depht=3", "search.depht"),
+    ("data.inputs=/nonexistent/x.npz", "data.inputs"),
+    ("model.name=resnet9000", "resnet9000"),
+])
+def test_bad_values_fail_with_one_paragraph(override, fragment, settings_for):
+    with pytest.raises(MetaInferError) as exc:
+        settings_for(override)
+    msg = str(exc.value)
+    assert fragment in msg
+    assert "\n" not in msg
+
+
+def test_all_weights_zero_is_rejected(settings_for):
+    with pytest.raises(MetaInferError, match="nothing to optimise"):
+        settings_for("weights.latency=0", "weights.memory=0", "weights.accuracy=0")
+
+
+def test_unknown_action_and_domain_value(settings_for):
+    with pytest.raises(MetaInferError, match="unknown action"):
+        settings_for("+action_space.actions.teleport={}")
+    with pytest.raises(MetaInferError, match="not in its domain"):
+        settings_for("action_space.actions.int8.calibrate_method=[Magic]")
