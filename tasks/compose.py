@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -16,6 +17,9 @@ from metainfer_core.settings import Settings, validate_settings
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "target", "action_space", "weights", "search", "tracking")
+# Free-form mappings: an override replaces the whole mapping (Hydra would merge it into the
+# default and, in struct mode, refuse keys the default lacks, e.g. a file model's input names).
+REPLACED_MAPPINGS = ("model.input_shapes",)
 
 
 def options(group: str) -> list[str]:
@@ -23,7 +27,8 @@ def options(group: str) -> list[str]:
 
 
 def _explain(exc: Exception, overrides: list[str]) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    causes = [exc] + ([exc.__cause__] if exc.__cause__ else [])
+    text = " ".join(str(c).strip().splitlines()[0].rstrip(".") for c in causes if str(c).strip()) or type(exc).__name__
     for group in GROUPS:
         for o in overrides:
             key, _, value = o.partition("=")
@@ -34,11 +39,25 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
            f"(e.g. target=fpga weights=embedded model.path=net.onnx)."
 
 
+def _split_mappings(overrides: list[str]) -> tuple[list[str], dict[str, object]]:
+    plain, mappings = [], {}
+    for o in overrides:
+        key = o.partition("=")[0].lstrip("+")
+        if key in REPLACED_MAPPINGS and "=" in o:
+            mappings[key] = OverridesParser.create().parse_overrides([o.lstrip("+")])[0].value()
+        else:
+            plain.append(o)
+    return plain, mappings
+
+
 def compose_raw(overrides: list[str]) -> dict:
     GlobalHydra.instance().clear()
     try:
+        plain, mappings = _split_mappings(list(overrides))
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose("config", overrides=list(overrides))
+            cfg = compose("config", overrides=plain)
+        for key, value in mappings.items():
+            OmegaConf.update(cfg, key, value, merge=False, force_add=True)
         # absolute artifacts folder first, so every URI interpolated from it is absolute too
         cfg.paths.artifacts = os.path.abspath(cfg.paths.artifacts)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)

@@ -11,6 +11,7 @@ import onnx
 
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels
+from metainfer_core.normalize.graph_utils import clone
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 EPILOGUES = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Add", "Mul", "Sub",
@@ -68,8 +69,7 @@ class FuseChain(Action):
         return None
 
     def apply(self, model, site, params, ctx):
-        out = onnx.ModelProto()
-        out.CopyFrom(model)
+        out = clone(model)
         in_site = set(site.nodes)
         by_name = {n.name: n for n in out.graph.node}
         supported = set(ctx.target.supported_ops) if ctx.target and ctx.target.supported_ops is not None else None

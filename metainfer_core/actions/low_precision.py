@@ -16,18 +16,11 @@ from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, Q
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from metainfer_core.actions.base import Action, Param, Site, has_op
+from metainfer_core.normalize.graph_utils import clone, topological_sort
 from metainfer_core.tensors import input_feeds_spec
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 _FLOAT32 = onnx.TensorProto.FLOAT
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX Runtime's converters rewrite the proto they are given in place; the search keeps
-    every state, so they only ever see a copy."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    return out
 
 
 def _is_float32_model(model: onnx.ModelProto) -> bool:
@@ -64,8 +57,9 @@ class Fp16(Action):
     def apply(self, model, site, params, ctx):
         keep = set(site.nodes)
         blocked = [n.name for n in model.graph.node if n.name not in keep]
-        out = convert_float_to_float16(_copy(model), keep_io_types=True, node_block_list=blocked)
-        return onnx.shape_inference.infer_shapes(out)
+        # the converter rewrites its input in place and appends its Casts at the end of the graph
+        out = convert_float_to_float16(clone(model), keep_io_types=True, node_block_list=blocked)
+        return onnx.shape_inference.infer_shapes(topological_sort(out))
 
 
 @contextmanager
@@ -121,8 +115,8 @@ class Int8(Action):
         names = set(input_feeds_spec(model))
         with tempfile.TemporaryDirectory(prefix="metainfer-int8-") as tmp, _quiet_root_logger():
             out_path = Path(tmp) / "q.onnx"
-            quantize_static(
-                _copy(model), out_path, _FeedReader(ctx.calibration_feeds, names), quant_format=QuantFormat.QDQ,
+            quantize_static(  # on a clone: the quantizer rewrites its input in place
+                clone(model), out_path, _FeedReader(ctx.calibration_feeds, names), quant_format=QuantFormat.QDQ,
                 nodes_to_quantize=list(site.nodes), per_channel=params["per_channel"],
                 activation_type=QuantType[params["activation_type"]], weight_type=QuantType[params["weight_type"]],
                 calibrate_method=CalibrationMethod[params["calibrate_method"]],

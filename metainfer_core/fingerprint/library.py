@@ -104,25 +104,38 @@ class FingerprintLibrary:
                                                                     RecordRow.source == source)))
 
     def add(self, info: TargetInfo, measurements: list[Measurement]) -> int:
-        """Store measurements in one transaction; returns how many were new."""
+        """Store measurements in one transaction; returns how many were new. When another
+        writer stored some of the same kernels meanwhile, those are skipped one by one."""
         version = self.register_version(info)
-        now = datetime.now(timezone.utc)
-        added = 0
-        with Session(self.engine) as s, s.begin():
-            existing = set(s.execute(select(RecordRow.kernel_key, RecordRow.source)
-                                     .where(RecordRow.version == version)).tuples())
-            for m in measurements:
-                if (m.kernel_key, m.source) in existing:
-                    continue
-                existing.add((m.kernel_key, m.source))
-                t = m.timing
-                s.add(RecordRow(version=version, target=info.name, kernel_key=m.kernel_key, source=m.source,
-                                op_type=m.op_type, dtype=m.dtype, layout=m.layout, signature=m.signature,
-                                features=m.features, median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
-                                reps=t.reps, bandwidth_gbps=m.bytes_moved / (t.median_ms * 1e6) if t.median_ms > 0 else 0.0,
-                                peak_mem_bytes=t.peak_mem_bytes, fallback=t.fallback, created_at=now))
-                added += 1
-        return added
+        rows = [self._row(info, version, m) for m in measurements]
+        try:
+            with Session(self.engine) as s, s.begin():
+                existing = set(s.execute(select(RecordRow.kernel_key, RecordRow.source)
+                                         .where(RecordRow.version == version)).all())
+                fresh = {(r.kernel_key, r.source): r for r in rows if (r.kernel_key, r.source) not in existing}
+                s.add_all(fresh.values())
+            return len(fresh)
+        except IntegrityError:
+            added = 0
+            with Session(self.engine) as s:
+                for m in measurements:
+                    try:
+                        with s.begin_nested():
+                            s.add(self._row(info, version, m))
+                        added += 1
+                    except IntegrityError:
+                        pass
+                s.commit()
+            return added
+
+    @staticmethod
+    def _row(info: TargetInfo, version: str, m: Measurement) -> RecordRow:
+        t = m.timing
+        return RecordRow(version=version, target=info.name, kernel_key=m.kernel_key, source=m.source,
+                         op_type=m.op_type, dtype=m.dtype, layout=m.layout, signature=m.signature,
+                         features=m.features, median_ms=t.median_ms, p10_ms=t.p10_ms, p90_ms=t.p90_ms,
+                         reps=t.reps, bandwidth_gbps=m.bytes_moved / (t.median_ms * 1e6) if t.median_ms > 0 else 0.0,
+                         peak_mem_bytes=t.peak_mem_bytes, fallback=t.fallback, created_at=datetime.now(timezone.utc))
 
     def records(self, version: str) -> list[dict]:
         with Session(self.engine) as s:

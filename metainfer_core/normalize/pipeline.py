@@ -20,6 +20,7 @@ from metainfer_core.normalize.passes import (
     initializer_inputs,
     layout,
     merge_reshapes,
+    name_nodes,
 )
 from metainfer_core.normalize.shapes import bind_input_shapes, check_complete, infer_shapes, symbolic_inputs
 
@@ -74,7 +75,9 @@ def normalize(
             total += changes
         if total == 0:
             break
-    work = infer_shapes(topological_sort(work))
+    work, renamed = name_nodes.run(topological_sort(work))
+    log.append({"pass": "name_nodes", "round": 0, "changes": renamed})
+    work = infer_shapes(work)
     check_complete(work)
     errors = max_abs_errors(bound, work, rtol=rtol, atol=atol, seed=seed)
     return NormalizeResult(
