@@ -47,7 +47,7 @@ def adapt_flow(raw: dict) -> str:
         verified = verify_task(raw, prepared, outcome)
         timings["verify_s"] = time.perf_counter() - t
         folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings)
-        finish_run(s, run_id, plan, folder)
+        finish_run(s, run_id, plan, folder, model_name)
     except BaseException as exc:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}")
         raise

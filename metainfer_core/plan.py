@@ -52,6 +52,13 @@ class RunFolder:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
+def rewrite_json(path: Path, data: Any) -> None:
+    """Replace a JSON file atomically (readers never see half a file)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(_clean(data), indent=2))
+    os.replace(tmp, path)
+
+
 def metrics_of(v: dict | None) -> dict:
     keys = ("latency_ms", "peak_mem_bytes", "accuracy_loss", "compile_s")
     return {k: (v or {}).get(k) for k in keys}

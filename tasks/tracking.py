@@ -6,9 +6,14 @@ from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from metainfer_core.errors import MetaInferError
+from metainfer_core.plan import rewrite_json
 from metainfer_core.settings import Settings
+
+ACTIVE = "active"
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -45,11 +50,17 @@ def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     return run.info.run_id
 
 
-def finish_run(s: Settings, run_id: str, plan: dict, folder: Path) -> None:
+def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: str) -> dict:
+    """Log the run's figures and files, move the registry's `active` alias when the plan was
+    adapted, and record the registry state in plan.json. Returns the final plan."""
     client = _client(s)
+    client.log_artifact(run_id, str(folder / "model.onnx"))
+    plan = dict(plan, registry=promote(s, run_id, plan, model_name))
+    rewrite_json(folder / "plan.json", plan)
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
-            RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"])]
+            RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"]),
+            RunTag("active_version", str(plan["registry"]["active_version"]))]
     metrics = []
     for section in ("predicted", "measured", "baseline", "timings"):
         for k, v in (plan.get(section) or {}).items():
@@ -60,11 +71,61 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path) -> None:
     metrics.append(Metric("n_actions", float(len(plan["actions"])), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)
     for f in sorted(folder.iterdir()):
-        client.log_artifact(run_id, str(f))
+        if f.name != "model.onnx":
+            client.log_artifact(run_id, str(f))
     client.set_terminated(run_id, "FINISHED")
+    return plan
 
 
 def fail_run(s: Settings, run_id: str, message: str) -> None:
     client = _client(s)
     client.set_tag(run_id, "error", message[:5000])
     client.set_terminated(run_id, "FAILED")
+
+
+def registered_name(model_name: str, target: str) -> str:
+    return f"{model_name}.{target}"
+
+
+def promote(s: Settings, run_id: str, plan: dict, model_name: str) -> dict:
+    """Keep the (model, target) pair's active plan in the MLflow Model Registry (alias
+    `active`). An adapted plan becomes a new version and takes the alias; a rolled-back or
+    skipped run leaves the active plan as it is (registering the default when there is none
+    yet). Each version remembers the version it replaced, for flows/rollback.py."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    name = registered_name(model_name, s.target.name)
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, tags={"model": model_name, "target": s.target.name})
+    try:
+        active = client.get_model_version_by_alias(name, ACTIVE)
+    except MlflowException:
+        active = None
+    if plan["decision"] != "adapted" and active is not None:
+        return {"registered_model": name, "active_version": str(active.version), "changed": False}
+    version = client.create_model_version(
+        name, source=f"runs:/{run_id}/model.onnx", run_id=run_id,
+        tags={"decision": plan["decision"], "fingerprint_version": plan["fingerprint_version"],
+              "previous_active": str(active.version) if active else ""})
+    client.set_registered_model_alias(name, ACTIVE, version.version)
+    return {"registered_model": name, "active_version": str(version.version), "changed": True,
+            "previous_version": str(active.version) if active else None}
+
+
+def roll_back_active(s: Settings, model_name: str) -> tuple[str, str, str]:
+    """Move `active` back to the version the current one replaced: (name, from, to)."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    name = registered_name(model_name, s.target.name)
+    try:
+        active = client.get_model_version_by_alias(name, ACTIVE)
+    except MlflowException:
+        raise MetaInferError(f"No active plan for model {model_name!r} on target {s.target.name!r} in "
+                             f"{s.tracking.mlflow_uri}: run flows/adapt.py for this pair first.") from None
+    previous = active.tags.get("previous_active") or ""
+    if not previous:
+        raise MetaInferError(f"The active plan of {name} (version {active.version}) replaced no earlier plan: "
+                             "there is nothing to roll back to.")
+    client.set_registered_model_alias(name, ACTIVE, previous)
+    client.set_model_version_tag(name, previous, "restored_from", str(active.version))
+    return name, str(active.version), previous
