@@ -18,6 +18,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     debug = any(a.lower() in ("debug=true", "debug=1") for a in argv)
     if not debug:  # Prefect logs task failures with their traceback; the paragraph below says it all
         logging.getLogger("prefect").setLevel(logging.CRITICAL)
+        logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."
     try:
         s, raw = load_settings(argv)
         configure(s)

@@ -129,3 +129,21 @@ def roll_back_active(s: Settings, model_name: str) -> tuple[str, str, str]:
     client.set_registered_model_alias(name, ACTIVE, previous)
     client.set_model_version_tag(name, previous, "restored_from", str(active.version))
     return name, str(active.version), previous
+
+
+def record_report(s: Settings, kind: str, run_name: str, raw: dict, metrics: dict[str, float], tags: dict[str, str],
+                  files: list[Path]) -> str:
+    """One MLflow run for a report-style flow (onboarding, re-profiling) in `meta-infer/<kind>@<target>`."""
+    client = _client(s)
+    name = f"{s.tracking.experiment}/{kind}@{s.target.name}"
+    exp = client.get_experiment_by_name(name)
+    exp_id = exp.experiment_id if exp else client.create_experiment(
+        name, artifact_location=(Path(s.paths.artifacts) / "mlflow-artifacts").as_uri())
+    run = client.create_run(exp_id, run_name=run_name, tags={"target": s.target.name, **tags})
+    params = [Param(k, str(v)[:6000]) for k, v in _flatten({"target": raw["target"], "profile": raw["profile"]}).items()]
+    client.log_batch(run.info.run_id, params=params[:100],
+                     metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()])
+    for f in files:
+        client.log_artifact(run.info.run_id, str(f))
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id

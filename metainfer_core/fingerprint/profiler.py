@@ -49,11 +49,14 @@ def kernel_model(model: onnx.ModelProto, k: Kernel, infos: dict[str, TensorInfo]
     return onnx.shape_inference.infer_shapes(km, strict_mode=True)
 
 
-def distinct_kernels(models: list[onnx.ModelProto]) -> list[tuple[onnx.ModelProto, Kernel, dict[str, TensorInfo]]]:
+def distinct_kernels(models: list[onnx.ModelProto], op_filter: set[str] | None = None
+                     ) -> list[tuple[onnx.ModelProto, Kernel, dict[str, TensorInfo]]]:
     seen, out = set(), []
     for m in models:
         infos = tensor_infos(m)
         for k in group_kernels(m, infos):
+            if op_filter is not None and k.op_type.split("+")[0] not in op_filter:
+                continue
             if k.key() not in seen and k.outputs and all(i in infos for i in k.inputs + k.outputs):
                 seen.add(k.key())
                 out.append((m, k, infos))
@@ -61,13 +64,15 @@ def distinct_kernels(models: list[onnx.ModelProto]) -> list[tuple[onnx.ModelProt
 
 
 def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.ModelProto], batch_gradient: list[int],
-            reps: int, warmup: int, progress: Callable[[int, int], None] | None = None) -> ProfileReport:
+            reps: int, warmup: int, progress: Callable[[int, int], None] | None = None,
+            op_filter: set[str] | None = None) -> ProfileReport:
+    """Measure every kernel of `models` (only those whose op is in `op_filter`, when given)."""
     info = backend.info
     version = library.register_version(info)
     report = ProfileReport(version)
     t0 = time.perf_counter()
     known = library.known_keys(version)
-    todo = distinct_kernels(models)
+    todo = distinct_kernels(models, op_filter)
     batch: list[Measurement] = []
     for done, (m, k, infos) in enumerate(todo, 1):
         for scale in batch_gradient:

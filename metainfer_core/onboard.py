@@ -1,0 +1,148 @@
+"""New-hardware onboarding checklist (SPEC section 3): supported ops, dtypes and quantization;
+micro-benchmarks of the zoo's 20 most frequent ops over a shape gradient; one minimal model end
+to end; peak memory within the device limit; 1, 2 and 4 concurrent instances; firmware and
+driver recorded. Each item passes or fails with a one-line detail."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.backends import Backend
+from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.fingerprint.profiler import kernel_model, profile
+from metainfer_core.kernels import group_kernels
+from metainfer_core.normalize import normalize
+from metainfer_core.tensors import random_feeds, tensor_infos
+from metainfer_core import zoo
+
+TOP_OPS = 20
+MINIMAL_MODEL = "mlp"
+CONCURRENCY = (1, 2, 4)
+
+
+@dataclass
+class Item:
+    name: str
+    passed: bool
+    detail: str
+    data: dict = field(default_factory=dict)
+
+
+def zoo_models(batch: int = 1) -> list[onnx.ModelProto]:
+    """The zoo, normalized with its symbolic batch bound."""
+    models = []
+    for name in zoo.names():
+        m = zoo.build(name)
+        shapes = {i.name: [batch] + [d.dim_value for d in i.type.tensor_type.shape.dim[1:]] for i in m.graph.input}
+        models.append(normalize(m, shapes).model)
+    return models
+
+
+def frequent_ops(models: list[onnx.ModelProto], top: int = TOP_OPS) -> list[str]:
+    counts = Counter(n.op_type for m in models for n in m.graph.node)
+    return [op for op, _ in counts.most_common(top)]
+
+
+def check_capabilities(backend: Backend, models: list[onnx.ModelProto], ops: list[str]) -> Item:
+    """Run one real kernel of each frequent op on the target; report what it supports."""
+    info = backend.info
+    runs, fails = {}, {}
+    for op in ops:
+        for m in models:
+            infos = tensor_infos(m)
+            k = next((k for k in group_kernels(m, infos) if k.op_type == op), None)
+            if k is None:
+                continue
+            try:
+                t = backend.benchmark(kernel_model(m, k, infos), reps=3, warmup=1)
+                runs[op] = "host fallback" if t.fallback else "device"
+            except Exception as exc:  # noqa: BLE001 - an op the target refuses is a finding, not a crash
+                fails[op] = str(exc).splitlines()[0][:120]
+            break
+    on_device = sorted(op for op, where in runs.items() if where == "device")
+    detail = (f"{len(on_device)}/{len(ops)} frequent ops run on the device, {len(runs) - len(on_device)} fall back "
+              f"to the host, {len(fails)} fail; dtypes {list(info.dtypes)}; quantization {list(info.quantization)}")
+    return Item("capabilities", bool(runs) and bool(info.dtypes), detail,
+                {"ops": runs, "failed": fails, "dtypes": list(info.dtypes), "quantization": list(info.quantization),
+                 "supported_ops": list(info.supported_ops) if info.supported_ops else "all"})
+
+
+def check_microbench(backend: Backend, library: FingerprintLibrary, models: list[onnx.ModelProto], ops: list[str],
+                     gradient: list[int], reps: int, warmup: int) -> Item:
+    # keep only the frequent ops' nodes' kernels: other kernels are measured when a model needs them
+    report = profile(backend, library, models, gradient, reps, warmup, op_filter=set(ops))
+    covered = {r["op_type"].split("+")[0] for r in library.records(report.fingerprint_version)}
+    missing = [op for op in ops if op not in covered]
+    return Item("microbench", not missing,
+                f"{report.measured} kernels measured, {report.reused} already in library "
+                f"{report.fingerprint_version} ({report.seconds:.1f}s)" + (f"; no record for {missing}" if missing else ""),
+                {"measured": report.measured, "reused": report.reused, "missing": missing,
+                 "skipped": report.skipped[:20]})
+
+
+def check_minimal_model(backend: Backend, model: onnx.ModelProto, runs: int = 20) -> tuple[Item, Item]:
+    feeds = [random_feeds(model, seed=i) for i in range(2)]
+    reference = run_cpu(model, feeds)
+    compiled = backend.compile(model)
+    loss = plan_loss(reference, [compiled.run(f) for f in feeds])
+    times = [compiled.time_once(feeds[0]) for _ in range(runs)]
+    e2e = Item("minimal_model", loss <= 1e-4,
+               f"{MINIMAL_MODEL}: compile {compiled.compile_s * 1e3:.1f} ms, median {np.median(times):.4g} ms, "
+               f"accuracy loss vs CPU reference {loss:.2e}",
+               {"compile_s": compiled.compile_s, "latency_ms": float(np.median(times)), "accuracy_loss": loss})
+    peak, limit = compiled.peak_memory(feeds[0]), backend.info.memory_limit_bytes
+    mem = Item("memory", peak <= limit,
+               f"peak {peak} B {'within' if peak <= limit else 'EXCEEDS'} the device limit {limit} B"
+               + ("" if peak <= limit else ": the minimal model does not fit; check memory_limit_bytes in the "
+                  "target spec or the device"), {"peak_mem_bytes": peak, "limit_bytes": limit})
+    return e2e, mem
+
+
+def check_concurrency(backend: Backend, model: onnx.ModelProto, runs: int = 20) -> Item:
+    """Throughput and latency with 1, 2 and 4 instances. Measured targets run real threads;
+    a modeled device executes one kernel at a time, so n instances share it (latency x n)."""
+    feeds = random_feeds(model)
+    rows = {}
+    for n in CONCURRENCY:
+        compiled = [backend.compile(model) for _ in range(n)]
+        if backend.info.measurement == "modeled":
+            lat = [c.time_once(feeds) * n for c in compiled for _ in range(runs)]
+            wall_s = sum(lat) / 1e3 / n
+        else:
+            lat = []
+            lock = threading.Lock()
+
+            def work(c):
+                mine = [c.time_once(feeds) for _ in range(runs)]
+                with lock:
+                    lat.extend(mine)
+
+            threads = [threading.Thread(target=work, args=(c,)) for c in compiled]
+            t0 = time.perf_counter()
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            wall_s = time.perf_counter() - t0
+        rows[n] = {"throughput_per_s": n * runs / wall_s, "median_latency_ms": float(np.median(lat))}
+    detail = ", ".join(f"{n}x: {r['throughput_per_s']:.0f}/s at {r['median_latency_ms']:.3g} ms" for n, r in rows.items())
+    return Item("concurrency", all(r["throughput_per_s"] > 0 for r in rows.values()), detail, {str(k): v for k, v in rows.items()})
+
+
+def check_versions(backend: Backend) -> Item:
+    info = backend.info
+    ok = all([info.firmware, info.driver, info.runtime])
+    return Item("versions", ok, f"firmware {info.firmware}; driver {info.driver}; runtime {info.runtime}; "
+                                f"fingerprint version {info.fingerprint_version}", info.as_dict())
+
+
+def markdown(target: str, measurement: str, items: list[Item]) -> str:
+    lines = [f"# Onboarding report: {target} ({measurement})", "",
+             "Latencies of a modeled target are simulated from its spec, not measured." if measurement == "modeled"
+             else "Latencies are measured on this machine.", "", "| item | result | detail |", "|---|---|---|"]
+    lines += [f"| {i.name} | {'PASS' if i.passed else 'FAIL'} | {i.detail} |" for i in items]
+    return "\n".join(lines) + "\n"

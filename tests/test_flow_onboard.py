@@ -1,0 +1,31 @@
+"""`python flows/onboard.py`: the checklist passes on a real and a modeled target, and a target
+whose memory limit is below the minimal model fails the memory item with a clear message."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["cpu", "asic"])
+def test_onboarding_passes(run_flow, tmp_path, target):
+    res = run_flow("onboard", f"target={target}", "profile.reps=5", "profile.batch_gradient=[1,2]",
+                   f"paths.artifacts={tmp_path}")
+    assert res.returncode == 0, res.stderr
+    report = res.stdout.strip().splitlines()[-1].removeprefix("report: ")
+    items = {i["name"]: i for i in json.loads(open(report.replace(".md", ".json")).read())}
+    assert set(items) == {"versions", "capabilities", "microbench", "minimal_model", "memory", "concurrency"}
+    assert all(i["passed"] for i in items.values())
+    assert items["microbench"]["data"]["measured"] > 50
+    assert set(items["concurrency"]["data"]) == {"1", "2", "4"}
+    assert ("simulated" in open(report).read()) == (target == "asic")
+
+
+@pytest.mark.slow
+def test_memory_limit_below_the_minimal_model_fails(run_flow, tmp_path):
+    res = run_flow("onboard", "target=npu", "target.spec.memory_limit_bytes=100000", "profile.reps=3",
+                   "profile.batch_gradient=[1]", f"paths.artifacts={tmp_path}")
+    assert res.returncode == 2
+    assert "failed onboarding: memory: peak" in res.stderr and "100000 B" in res.stderr
+    assert "Traceback" not in res.stderr
