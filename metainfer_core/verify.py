@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx
 
-from metainfer_core.accuracy import plan_loss
+from metainfer_core.accuracy import LossFn, plan_loss
 from metainfer_core.backends.base import Backend, Compiled
 
 
@@ -28,11 +28,6 @@ class Verified:
     def ok(self) -> bool:
         return self.error is None
 
-    @property
-    def spread(self) -> float:
-        """Relative run-to-run noise: (p90 - median) / median."""
-        return (self.p90_ms - self.latency_ms) / self.latency_ms if self.ok and self.latency_ms > 0 else 0.0
-
     def as_dict(self) -> dict:
         d = asdict(self)
         d.pop("samples_ms")
@@ -40,7 +35,7 @@ class Verified:
 
 
 def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[dict[str, np.ndarray]],
-           reference: list[list[np.ndarray]], runs: int, warmup: int) -> list[Verified]:
+           reference: list[list[np.ndarray]], runs: int, warmup: int, loss_fn: LossFn = plan_loss) -> list[Verified]:
     results = [Verified(label) for label, _ in models]
     compiled: list[Compiled | None] = []
     for (label, model), res in zip(models, results):
@@ -48,7 +43,7 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
             c = backend.compile(model)
             res.compile_s = c.compile_s
             outputs = [c.run(f) for f in feeds]
-            res.accuracy_loss = plan_loss(reference, outputs)
+            res.accuracy_loss = loss_fn(reference, outputs)
             res.peak_mem_bytes = c.peak_memory(feeds[0])
             for _ in range(warmup):
                 c.time_once(feeds[0])
