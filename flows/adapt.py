@@ -44,7 +44,7 @@ def adapt_flow(raw: dict) -> str:
         outcome = search_task(raw, prepared, cost_model)
         timings["search_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        verified = verify_task(raw, prepared, outcome)
+        verified = verify_task(raw, prepared, outcome, cost_model)
         timings["verify_s"] = time.perf_counter() - t
         folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings)
         finish_run(s, run_id, plan, folder, model_name)

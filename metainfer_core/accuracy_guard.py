@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy import LossFn, plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.kernels import QDQ_OPS
 from metainfer_core.normalize.graph_utils import clone
@@ -118,11 +118,12 @@ def _replay(fp32: onnx.ModelProto, steps: tuple[Step, ...], pinned: set[str], ct
 
 
 def repair(fp32: onnx.ModelProto, steps: tuple[Step, ...], lossy_model: onnx.ModelProto, ctx: ActionContext,
-           feeds: list[dict], reference: list[list[np.ndarray]], max_loss: float, budget: int = 8) -> Repair:
+           feeds: list[dict], reference: list[list[np.ndarray]], max_loss: float, budget: int = 8,
+           loss_fn: LossFn = plan_loss) -> Repair:
     """Pin the node that lets in the most error, re-evaluate, and repeat (the ranking is
     recomputed each round: pinning one node moves where error enters) until the plan meets
     the bound or `budget` re-evaluations are spent."""
-    loss_before = plan_loss(reference, run_cpu(lossy_model, feeds))
+    loss_before = loss_fn(reference, run_cpu(lossy_model, feeds))
     scoped = {n for st in steps if ACTIONS[st.kind].lossy for n in st.site.nodes}
     model, new_steps, loss = lossy_model, steps, loss_before
     pinned: list[str] = []
@@ -137,7 +138,7 @@ def repair(fp32: onnx.ModelProto, steps: tuple[Step, ...], lossy_model: onnx.Mod
             break
         pinned.append(ranking[0][0])
         new_steps, model = _replay(fp32, steps, set(pinned), ctx)
-        loss = plan_loss(reference, run_cpu(model, feeds))
+        loss = loss_fn(reference, run_cpu(model, feeds))
         evaluations += 1
     ok = loss <= max_loss
     return Repair(new_steps if ok else steps, model if ok else None, pinned, loss_before, loss, evaluations,

@@ -94,7 +94,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "candidates": [
             {"label": v.label, "actions": [st.as_dict() for st in c.steps], "predicted_latency_ms": c.latency_ms,
              "predicted_score": c.score, "measured": metrics_of(v.as_dict()), "error": v.error}
-            for c, v in zip(outcome.result.top if outcome.result else [], verified.candidates if verified else [])],
+            for c, v in zip(verified.plans, verified.candidates)] if verified else [],
+        "accuracy_repairs": verified.repairs if verified else [],
         "warnings": ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
                       "figures for them mean little; give real inputs with data.inputs=<file.npz>"]
                      if prepared.degenerate else []),

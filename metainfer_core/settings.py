@@ -63,6 +63,20 @@ class WeightSettings(_Strict):
 
 class AccuracySettings(_Strict):
     max_loss: float = Field(ge=0, le=1)
+    metric: str = "cosine"
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        from metainfer_core.accuracy import METRICS, make_loss
+
+        if metric not in METRICS:
+            try:
+                make_loss(metric)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ValueError(f"{metric!r} is neither one of {list(METRICS)} nor an importable "
+                                 f"'package.module:function' ({exc})") from None
+        return metric
 
 
 class SearchSettings(_Strict):
@@ -72,6 +86,7 @@ class SearchSettings(_Strict):
     top_k: int = Field(ge=1, le=16)
     time_budget_s: float = Field(gt=0)
     skip_below_ms: float = Field(ge=0)
+    expected_runs: int = Field(default=1_000_000, ge=1)   # inferences a plan serves: amortises the search
 
 
 class ActionSpaceSettings(_Strict):
@@ -109,10 +124,12 @@ class VerifySettings(_Strict):
     runs: int = Field(ge=3)
     warmup: int = Field(ge=0)
     samples: int = Field(ge=1)
+    repair_budget: int = Field(default=8, ge=0)   # accuracy-guard re-evaluations per candidate
 
 
 class DataSettings(_Strict):
     inputs: str | None = None
+    labels_key: str = "labels"      # array in the .npz holding one label per sample, if any
 
     @field_validator("inputs")
     @classmethod
@@ -120,6 +137,17 @@ class DataSettings(_Strict):
         if path is not None and not Path(path).is_file():
             raise ValueError(f"data.inputs={path} does not exist; give an .npz with one array per model input")
         return path
+
+
+class ReprofileSettings(_Strict):
+    threshold: float = Field(default=0.1, gt=0, lt=10)   # relative change of a typical kernel that counts as drift
+    cron: str = "0 2 * * *"                             # nightly schedule of `flows/reprofile.py --serve`
+    targets: list[str] = Field(default_factory=lambda: ["cpu", "gpu", "npu", "fpga", "asic"])
+
+
+class FeedbackSettings(_Strict):
+    latencies_ms: list[float] = Field(default_factory=list)     # measured by a deployment (flows/feedback.py)
+    model_path: str | None = None                               # the deployed ONNX; default: the active plan
 
 
 class PathSettings(_Strict):
@@ -138,6 +166,8 @@ class Settings(_Strict):
     verify: VerifySettings
     data: DataSettings
     paths: PathSettings
+    reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
+    feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
     seed: int = 0
     debug: bool = False
 

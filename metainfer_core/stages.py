@@ -12,17 +12,22 @@ from typing import Callable
 import numpy as np
 import onnx
 
-from metainfer_core.accuracy import degenerate_outputs, run_cpu
+from metainfer_core.accuracy import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
+from metainfer_core.accuracy_guard import repair
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.backends import Backend, create_backend
 from metainfer_core.decide import Decision, decide
 from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
+from metainfer_core.feedback import calibration_ratio, record_runtime, runtime_run
 from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.kernels import group_kernels
+from metainfer_core.fingerprint.profiled_sets import mark_profiled, profiled_kernels, set_key
 from metainfer_core.fingerprint.profiler import ProfileReport, profile
-from metainfer_core.normalize import NormalizeResult, load_model, normalize
+from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
 from metainfer_core.predictor import CostModel, load_or_train
 from metainfer_core.search import Candidate, Evaluator, SearchResult, Weights, beam_search
+from metainfer_core.search.beam import expansions as search_expansions
 from metainfer_core.settings import Settings
 from metainfer_core.tensors import input_feeds_spec, random_feeds
 from metainfer_core.verify import Verified, verify
@@ -41,6 +46,7 @@ class Prepared:
     feeds: list[dict[str, np.ndarray]]
     reference: list[list[np.ndarray]]
     degenerate: list[str]          # outputs whose reference is near-constant on these inputs
+    loss_fn: LossFn = plan_loss     # accuracy.metric, bound to the validation labels if any
     seconds: float = 0.0
 
     @property
@@ -59,10 +65,11 @@ def _load(s: Settings) -> tuple[onnx.ModelProto, str]:
     return load_model(s.model.path), str(Path(s.model.path).resolve())
 
 
-def _validation_feeds(s: Settings, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+def _validation_feeds(s: Settings, model: onnx.ModelProto) -> tuple[list[dict[str, np.ndarray]], np.ndarray | None]:
+    """Validation (and calibration) inputs, plus labels when the .npz has them."""
     spec = input_feeds_spec(model)
     if s.data.inputs is None:
-        return [random_feeds(model, seed=s.seed + i) for i in range(s.verify.samples)]
+        return [random_feeds(model, seed=s.seed + i) for i in range(s.verify.samples)], None
     data = np.load(s.data.inputs)
     missing = sorted(set(spec) - set(data.files))
     if missing:
@@ -80,7 +87,8 @@ def _validation_feeds(s: Settings, model: onnx.ModelProto) -> list[dict[str, np.
                                      f"model.input_shapes or fix the .npz.")
             feed[k] = arr
         feeds.append(feed)
-    return feeds
+    labels = np.asarray(data[s.data.labels_key])[:n] if s.data.labels_key in data.files else None
+    return feeds, labels
 
 
 def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
@@ -88,16 +96,21 @@ def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print)
     original, source = _load(s)
     sha = hashlib.sha256(original.SerializeToString()).hexdigest()
     progress(f"normalize: {len(original.graph.node)} nodes from {source}")
+    unbound = unbound_inputs(original, s.model.input_shapes or None) if target_static_shapes else {}
+    if unbound:  # refused before normalize spends time on the model
+        listed = ", ".join(f"{k!r} {v if v is not None else '(rank unknown)'}" for k, v in unbound.items())
+        example = ",".join(f"{k}:[{','.join(str(d) if isinstance(d, int) else '1' for d in v)}]" if v is not None
+                           else f"{k}:[<all its dims>]" for k, v in unbound.items())
+        raise MetaInferError(f"Target {s.target.name} needs static shapes, but model {source} has dynamic input(s) "
+                             f"{listed} that model.input_shapes does not bind. Bind each to its deployment size for "
+                             f"this run, e.g. 'model.input_shapes={{{example}}}' (quoted for the shell; each 1 "
+                             "stands for a symbolic dim: put the real size).")
     result = normalize(original, input_shapes=s.model.input_shapes or None, seed=s.seed)
-    unbound = {k: v for k, v in result.symbolic_dims.items() if any(isinstance(d, str) for d in v)}
-    if unbound and target_static_shapes:
-        name, dims = next(iter(unbound.items()))
-        example = [d if isinstance(d, int) else 1 for d in dims]
-        raise MetaInferError(f"Target {s.target.name} needs static shapes, but input {name!r} has symbolic dims {dims}. "
-                             f"Bind them for this run, e.g. model.input_shapes={{{name}:{example}}}.")
     progress(f"normalize: {result.nodes_before} -> {result.nodes_after} nodes, max output error "
              f"{max(result.max_abs_err.values(), default=0.0):.2e}")
-    feeds = _validation_feeds(s, result.model)
+    feeds, labels = _validation_feeds(s, result.model)
+    if s.accuracy.metric == "top1" and labels is None:
+        progress("accuracy: metric top1 without labels in data.inputs: measuring top-1 agreement with fp32")
     reference = run_cpu(result.model, feeds)
     names = [o.name for o in result.model.graph.output]
     degenerate = degenerate_outputs(reference, names)
@@ -105,7 +118,7 @@ def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print)
         progress(f"WARNING: reference outputs {degenerate} are near-constant on the validation inputs, so accuracy "
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
-                    time.perf_counter() - t0)
+                    make_loss(s.accuracy.metric, labels), time.perf_counter() - t0)
 
 
 def _space(s: Settings) -> dict[str, dict]:
@@ -113,30 +126,51 @@ def _space(s: Settings) -> dict[str, dict]:
 
 
 def profiling_variants(s: Settings, prepared: Prepared, backend: Backend) -> list[onnx.ModelProto]:
-    """The graph plus one variant per (action, parameter choice) applied everywhere, so the
-    library holds the kernels the search will ask the predictor about."""
+    """The graph plus one variant per (action, parameter choice, site), and each lossless
+    action again on top of each low-precision variant (int8 kernels fused, tiled or
+    channels-last exist only there), so the library holds the kernels the search will ask the
+    predictor about. The profiler measures each distinct kernel once."""
     ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds)
-    variants = [prepared.model]
-    for name, domain in _space(s).items():
-        action = ACTIONS[name]
-        for params in action.choices(domain):
-            for site in action.sites(prepared.model, params, ctx.target):
-                if action.legal(prepared.model, site, params, ctx.target) is None:
-                    try:
-                        variants.append(action.apply(prepared.model, site, params, ctx))
-                    except Exception:  # noqa: BLE001 - the search reports rewrites that fail
-                        pass
-    return variants
+    space = _space(s)
+
+    def rewrites(model: onnx.ModelProto, lossy: bool | None) -> list[tuple[onnx.ModelProto, bool]]:
+        out = []
+        for name, domain in space.items():
+            action = ACTIONS[name]
+            if lossy is not None and action.lossy != lossy:
+                continue
+            for params in action.choices(domain):
+                for site in action.sites(model, params, ctx.target):
+                    if action.legal(model, site, params, ctx.target) is None:
+                        try:
+                            out.append((action.apply(model, site, params, ctx), action.lossy))
+                        except Exception:  # noqa: BLE001 - the search reports rewrites that fail
+                            pass
+        return out
+
+    first = rewrites(prepared.model, None)
+    return [prepared.model] + [m for m, _ in first] + [v for m, lossy in first if lossy for v, _ in rewrites(m, False)]
 
 
 def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: Progress = print) -> ProfileReport:
     library = FingerprintLibrary(s.tracking.fingerprint_db)
+    version = library.register_version(backend.info)
+    key = set_key(prepared.model, _space(s), s.profile.batch_gradient)
+    done = profiled_kernels(library, version, key)
+    if done is not None:
+        progress(f"profile: this graph and action space are already profiled in {version} ({done} kernels)")
+        return ProfileReport(version, measured=0, reused=done)
+    t0 = time.perf_counter()
     variants = profiling_variants(s, prepared, backend)
+
     def tick(done: int, total: int) -> None:
         if done == total or done % 10 == 0:
             progress(f"profile: {done}/{total} kernels")
 
     report = profile(backend, library, variants, s.profile.batch_gradient, s.profile.reps, s.profile.warmup, tick)
+    report.seconds = time.perf_counter() - t0
+    if not report.skipped:      # a set with kernels that could not run is retried next time
+        mark_profiled(library, version, key, report.measured + report.reused)
     progress(f"profile: {report.measured} measured, {report.reused} reused from library "
              f"{report.fingerprint_version} in {report.seconds:.1f}s")
     return report
@@ -167,54 +201,129 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     info = backend.info
     weights = Weights(s.weights.latency, s.weights.memory, s.weights.accuracy, s.weights.change_penalty)
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
-    evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy)
+    ctx = ActionContext(target=info, calibration_feeds=prepared.feeds)
+    evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
+                          ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss)
     default = Candidate(prepared.model)
+    t_eval = time.perf_counter()
     evaluator.set_baseline(default)
+    t_eval = time.perf_counter() - t_eval
     if default.latency_ms < s.search.skip_below_ms:
         reason = (f"default plan predicted at {default.latency_ms:.3g} ms, below search.skip_below_ms="
                   f"{s.search.skip_below_ms}: the search would cost more than it can save")
         progress(f"search: skipped ({reason})")
         return SearchOutcome(None, reason, default, time.perf_counter() - t0)
-    ctx = ActionContext(target=info, calibration_feeds=prepared.feeds)
+    # adaptive switch, second part: even a plan at 0 ms saves at most the default's latency on each
+    # of the runs the plan will serve; skip when that cannot pay back the expected search time
+    root = SearchResult(default=default, top=[])
+    n_root = sum(1 for _ in search_expansions(default, _space(s), ctx, root))
+    expected_candidates = n_root * (1 + s.search.beam_width * (s.search.depth - 1))
+    expected_search_s = min(expected_candidates * 2 * t_eval, s.search.time_budget_s)
+    saving_s = default.latency_ms * s.search.expected_runs / 1e3
+    if n_root and saving_s < expected_search_s:
+        reason = (f"default plan predicted at {default.latency_ms:.3g} ms: over search.expected_runs="
+                  f"{s.search.expected_runs} runs even a 0 ms plan saves at most {saving_s:.3g} s, below the expected "
+                  f"search cost of {expected_search_s:.3g} s ({expected_candidates} candidates at ~{2 * t_eval:.3g} s)")
+        progress(f"search: skipped ({reason})")
+        return SearchOutcome(None, reason, default, time.perf_counter() - t0,
+                             {"expected_search_s": expected_search_s, "possible_saving_s": saving_s})
 
     def tick(level: int, frontier: int, best: float) -> None:
-        progress(f"search: depth {level}/{s.search.depth}, {frontier} new candidates, best score {best:.4f} "
-                 f"(default {default.score:.4f})")
+        progress(f"search: depth {level}/{s.search.depth}, beam {min(frontier, s.search.beam_width)}/"
+                 f"{s.search.beam_width}, {frontier} new candidates, best score {best:.4f} "
+                 f"(default {default.score:.4f}), {time.perf_counter() - t0:.1f}s")
 
     result = beam_search(prepared.model, _space(s), evaluator, ctx, s.search.beam_width, s.search.depth,
                          s.search.top_k, s.search.time_budget_s, tick)
-    progress(f"search: {result.evaluated} candidates scored, {len(result.top)} better than default, "
-             f"{result.search_s:.1f}s")
-    return SearchOutcome(result, None, result.default, time.perf_counter() - t0)
+    best = result.top[0] if result.top else None
+    progress(f"search: {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
+             f"{len(result.top)} better than default, {result.search_s:.1f}s "
+             f"(apply {result.timings.get('apply_s', 0):.1f}s, evaluate {result.timings.get('evaluate_s', 0):.1f}s, "
+             f"sensitivity {result.timings.get('sensitivity_s', 0):.1f}s)"
+             + (f"; best: {' > '.join(st.kind for st in best.steps)}, {best.binding.get('device', 0)} kernels on the "
+                f"device, {len(best.binding.get('host', []))} on the host" if best else ""))
+    return SearchOutcome(result, None, result.default, time.perf_counter() - t0,
+                         {"search_timings": result.timings, "expected_search_s": expected_search_s,
+                          "possible_saving_s": saving_s})
 
 
 @dataclass
 class VerifyOutcome:
     baseline: Verified
     candidates: list[Verified]
+    plans: list[Candidate]              # aligned with candidates: the search's top-K, then guard repairs
+    repairs: list[dict]
     seconds: float
 
 
+def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidate], cost_model: CostModel | None,
+           progress: Progress) -> tuple[list[Candidate], list[dict]]:
+    """Low-precision candidates that break the accuracy bound on the validation inputs get a
+    repaired twin with the culprit nodes pinned to fp32 (both are verified: the difference is
+    what the pinning costs)."""
+    lossy = {n for n, a in ACTIONS.items() if a.lossy}
+    ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds)
+    extra, repairs = [], []
+    for i, c in enumerate(top):
+        if not any(st.kind in lossy for st in c.steps):
+            continue
+        loss = prepared.loss_fn(prepared.reference, run_cpu(c.model, prepared.feeds))
+        if loss <= s.accuracy.max_loss:
+            continue
+        r = repair(prepared.model, c.steps, c.model, ctx, prepared.feeds, prepared.reference, s.accuracy.max_loss,
+                   s.verify.repair_budget, prepared.loss_fn)
+        entry = {"candidate": f"candidate{i + 1}", "culprits": r.culprits, "loss_before": r.loss_before,
+                 "loss_after": r.loss_after, "evaluations": r.evaluations, "repaired": r.ok, "repaired_as": None}
+        if r.ok:
+            predicted = cost_model.predict_ms(group_kernels(r.model)) if cost_model is not None else float("nan")
+            extra.append(Candidate(r.model, r.steps, latency_ms=predicted, peak_mem_bytes=c.peak_mem_bytes,
+                                   accuracy_loss=r.loss_after, score=float("nan")))
+            entry["repaired_as"] = f"candidate{len(top) + len(extra)}"
+        progress(f"verify: {entry['candidate']} breaks the accuracy bound ({r.loss_before:.3g}); pinned "
+                 f"{r.culprits or 'nothing'} to fp32 -> {r.loss_after:.3g} ({'repaired' if r.ok else 'gave up'})")
+        repairs.append(entry)
+    return top + extra, repairs
+
+
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
-                 progress: Progress = print) -> VerifyOutcome:
+                 progress: Progress = print, cost_model: CostModel | None = None) -> VerifyOutcome:
     t0 = time.perf_counter()
-    top = outcome.result.top if outcome.result else []
-    models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(top)]
+    plans, repairs = _guard(s, prepared, backend, list(outcome.result.top) if outcome.result else [], cost_model,
+                            progress)
+    models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(plans)]
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
              f"{s.verify.runs} interleaved runs each")
-    results = verify(backend, models, prepared.feeds, prepared.reference, s.verify.runs, s.verify.warmup)
-    return VerifyOutcome(results[0], results[1:], time.perf_counter() - t0)
+    results = verify(backend, models, prepared.feeds, prepared.reference, s.verify.runs, s.verify.warmup,
+                     prepared.loss_fn)
+    by_label = {v.label: v for v in results}
+    for r in repairs:       # what pinning cost: the repaired plan against the plan it came from
+        fixed, orig = by_label.get(r["repaired_as"]), by_label.get(r["candidate"])
+        r["latency_cost_ms"] = (fixed.latency_ms - orig.latency_ms) if fixed and orig and fixed.ok and orig.ok else None
+    return VerifyOutcome(results[0], results[1:], plans, repairs, time.perf_counter() - t0)
 
 
 def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified: VerifyOutcome) -> tuple[Decision, Candidate | None]:
     if outcome.skipped_reason:
         return Decision("skipped", outcome.skipped_reason, None), None
-    top = outcome.result.top if outcome.result else []
-    if not top:
+    if not verified.plans:
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes)
-    return d, (top[d.chosen] if d.chosen is not None else None)
+    return d, (verified.plans[d.chosen] if d.chosen is not None else None)
 
 
 def steps_as_dicts(steps: tuple[Step, ...]) -> list[dict]:
     return [st.as_dict() for st in steps]
+
+
+def calibration_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
+                      verified: VerifyOutcome, predictor_version: str) -> dict:
+    """Write every verified plan's measured latency, with its prediction, back to the library
+    as runtime runs (fine-tuning learns from them) and return the calibration ratio."""
+    pairs = [(prepared.model, outcome.default.latency_ms, verified.baseline, "default")]
+    pairs += [(c.model, c.latency_ms, v, v.label) for c, v in zip(verified.plans, verified.candidates)]
+    runs = [runtime_run(model, prepared.name, v.samples_ms, f"verify:{label}", v.peak_mem_bytes,
+                        predicted if predicted == predicted else None, predictor_version)   # NaN: not predicted
+            for model, predicted, v, label in pairs if v.ok and v.samples_ms]
+    record_runtime(FingerprintLibrary(s.tracking.fingerprint_db), backend.info, runs)
+    ratio = calibration_ratio([{"median_ms": r.timing.median_ms, "predicted_ms": r.predicted_ms} for r in runs])
+    return {"runs_recorded": len(runs), "measured_over_predicted": ratio}

@@ -46,9 +46,9 @@ def search_task(raw: dict, prepared: stages.Prepared, cost_model) -> stages.Sear
 
 
 @task(name="verify", cache_policy=NO_CACHE)
-def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome) -> stages.VerifyOutcome:
+def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome, cost_model) -> stages.VerifyOutcome:
     s = _settings(raw)
-    return stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress)
+    return stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress, cost_model)
 
 
 @task(name="rollback", cache_policy=NO_CACHE)
@@ -60,10 +60,13 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
     backend = stages.make_backend(s)
     decision, chosen = stages.decide_stage(s, backend, outcome, verified)
     _progress(f"decision: {decision.decision}: {decision.reason}")
+    calibration = stages.calibration_stage(s, prepared, backend, outcome, verified, cost_model.meta.fingerprint_version)
     folder = RunFolder(s.artifacts, run_name)
     try:
         chosen_model = chosen.model if chosen is not None else prepared.model
-        (folder.path("model.onnx")).write_bytes(chosen_model.SerializeToString())
+        folder.path("model.onnx").write_bytes(chosen_model.SerializeToString())
+        # the default path beside the plan: re-profiling re-verifies the plan against it
+        folder.path("default.onnx").write_bytes(prepared.model.SerializeToString())
         folder.write_json("feature_map.json", prepared.feature_map)
         folder.write_json("normalize_log.json", {"log": prepared.normalized.log,
                                                  "max_abs_err": prepared.normalized.max_abs_err})
@@ -73,6 +76,7 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
                           cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
                           mlflow_run_id=mlflow_run_id)
+        plan["calibration"] = calibration
         folder.write_json("plan.json", plan)
         final = folder.commit()
     except BaseException:

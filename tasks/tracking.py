@@ -147,3 +147,32 @@ def record_report(s: Settings, kind: str, run_name: str, raw: dict, metrics: dic
         client.log_artifact(run.info.run_id, str(f))
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
+
+
+def active_plans(s: Settings) -> list:
+    """The `active` model versions of every registered (model, target) pair of this target."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    out = []
+    for rm in client.search_registered_models(filter_string=f"tags.target = '{s.target.name}'"):
+        try:
+            out.append(client.get_model_version_by_alias(rm.name, ACTIVE))
+        except MlflowException:
+            continue
+    return out
+
+
+def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
+    """The active plan's model and the default path it was verified against."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    return (Path(client.download_artifacts(version.run_id, "model.onnx", str(folder))),
+            Path(client.download_artifacts(version.run_id, "default.onnx", str(folder))))
+
+
+def restore_default(s: Settings, version, reason: str) -> str:
+    """Register the default path of the plan's run as a new version and make it active."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    new = client.create_model_version(version.name, source=f"runs:/{version.run_id}/default.onnx", run_id=version.run_id,
+                                      tags={"decision": "rolled_back", "reason": reason[:4000],
+                                            "previous_active": str(version.version)})
+    client.set_registered_model_alias(version.name, ACTIVE, new.version)
+    return str(new.version)

@@ -3,10 +3,12 @@ parameters with their search domain, where it can apply (`sites`), whether it ma
 target (`legal` returns a reason when not), and the rewrite itself (`apply`)."""
 from __future__ import annotations
 
+import functools
 import itertools
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -20,6 +22,10 @@ class Param:
     domain: tuple[Any, ...]
     description: str
 
+    def __post_init__(self):
+        if self.default not in self.domain:
+            raise ValueError(f"parameter default {self.default!r} is not in its search domain {list(self.domain)}")
+
 
 @dataclass(frozen=True)
 class Site:
@@ -30,9 +36,11 @@ class Site:
 
 @dataclass
 class ActionContext:
-    """What an apply may need beyond the graph: the target, calibration inputs."""
+    """What an apply may need beyond the graph: the target, calibration inputs, and a cache
+    the actions share within one run (e.g. calibrated tensor ranges, computed once)."""
     target: TargetInfo | None = None
     calibration_feeds: list[dict[str, np.ndarray]] = field(default_factory=list)
+    cache: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -47,10 +55,30 @@ class Step:
                 "params": dict(self.params)}
 
 
+def _filling_defaults(method):
+    """Callers may leave parameters out: the declared defaults fill them in."""
+    @functools.wraps(method)
+    def wrapper(self, model, site_or_params, *rest):
+        if method.__name__ == "sites":
+            return method(self, model, self.with_defaults(site_or_params), *rest)
+        params, *tail = rest
+        return method(self, model, site_or_params, self.with_defaults(params), *tail)
+    return wrapper
+
+
 class Action(ABC):
     name: str
     lossy: bool = False
     params: dict[str, Param] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for meth in ("sites", "legal", "apply"):
+            if meth in cls.__dict__:
+                setattr(cls, meth, _filling_defaults(cls.__dict__[meth]))
+
+    def with_defaults(self, params: dict[str, Any] | None) -> dict[str, Any]:
+        return {**{k: p.default for k, p in self.params.items()}, **(params or {})}
 
     def choices(self, domain_override: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
         """Every parameter combination of the (possibly config-narrowed) search domain."""
@@ -89,3 +117,69 @@ def float_dtypes(model: onnx.ModelProto) -> set[int]:
     types = {i.data_type for i in model.graph.initializer}
     types |= {v.type.tensor_type.elem_type for v in list(model.graph.value_info) + list(model.graph.input)}
     return types
+
+
+# Derived tensor and node names: "<origin>|<what>" for a tensor or node an action derives from
+# one original ("Conv_3|tile1", "x|nhwc"), "<a>&<b>" for one merged from several. Lets later
+# steps find the original (calibrated ranges, per-node sensitivity) without extra bookkeeping.
+DERIVED, MERGED = "|", "&"
+
+
+def derived(name: str, what: str) -> str:
+    return f"{name}{DERIVED}{what}"
+
+
+def origins(name: str) -> list[str]:
+    """The original names a derived name comes from (itself when it is not derived)."""
+    return [o.split(DERIVED)[0] for o in name.split(DERIVED)[0].split(MERGED)] if name else []
+
+
+def model_meta(model: onnx.ModelProto, key: str) -> str | None:
+    return next((p.value for p in model.metadata_props if p.key == key), None)
+
+
+def set_model_meta(model: onnx.ModelProto, key: str, value: str) -> None:
+    for p in model.metadata_props:
+        if p.key == key:
+            p.value = value
+            return
+    model.metadata_props.add(key=key, value=value)
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def lowered(model: onnx.ModelProto) -> str | None:
+    """Why the graph is no longer a plain fp32 graph (lossy actions do not stack)."""
+    if has_op(model, "QuantizeLinear", "DequantizeLinear"):
+        return "the graph is already quantized"
+    if any(i.data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16) for i in model.graph.initializer):
+        return "the graph already holds reduced-precision floats"
+    return None
+
+
+def missing_ops(target: TargetInfo, *ops: str) -> list[str]:
+    """Ops a rewrite would add that the target's op set lacks (none when it runs every op)."""
+    return [] if target.supported_ops is None else [o for o in ops if o not in target.supported_ops]
+
+
+_ANALYSES: OrderedDict[tuple[int, str], tuple[onnx.ModelProto, Any]] = OrderedDict()
+_MAX_ANALYSES = 64
+
+
+def cached(model: onnx.ModelProto, key: str, compute: Callable[[onnx.ModelProto], Any]) -> Any:
+    """compute(model), remembered for this model object: a search asks every action for its
+    sites on each beam state, once per parameter choice; the analysis behind them is the same.
+    Entries hold the model, so its id cannot be reused while cached; the model must not be
+    edited in place afterwards (actions never do: they return rewritten copies)."""
+    k = (id(model), key)
+    hit = _ANALYSES.get(k)
+    if hit is not None and hit[0] is model:
+        _ANALYSES.move_to_end(k)
+        return hit[1]
+    value = compute(model)
+    _ANALYSES[k] = (model, value)
+    while len(_ANALYSES) > _MAX_ANALYSES:
+        _ANALYSES.popitem(last=False)
+    return value

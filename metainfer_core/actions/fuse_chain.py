@@ -1,8 +1,10 @@
 """Anchor kernel (Conv/ConvTranspose/MatMul/Gemm) -> element-wise epilogue kernels  =>  one
 fusion group, marked on the nodes as metadata `metainfer.fusion_group` (lossless: the math is
-unchanged). A device compiler launches a group as one kernel whose intermediates stay on
-chip; the simulator honours the marks. ONNX Runtime on the CPU fuses by itself, so the
-action is illegal there."""
+unchanged). With span=layers the group may run on through further anchors (conv -> conv ->
+...): the layer fusion of dataflow accelerators, which stream one layer's output through line
+buffers into the next, legal only on targets whose spec says `fuse_layers`. A device compiler
+launches a group as one kernel whose intermediates stay on chip; the simulator honours the
+marks. ONNX Runtime on the CPU fuses by itself, so the action is illegal there."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -10,7 +12,7 @@ from collections import defaultdict
 import onnx
 
 from metainfer_core.actions.base import Action, Param, Site
-from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels
+from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
 from metainfer_core.normalize.graph_utils import clone
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
@@ -18,7 +20,8 @@ EPILOGUES = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Har
              "Div", "BatchNormalization", "Erf"}
 
 
-def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None) -> list[list[Kernel]]:
+def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None,
+            layers: bool = False) -> list[list[Kernel]]:
     kernels = group_kernels(model)
     users: dict[str, list[int]] = defaultdict(list)
     for i, k in enumerate(kernels):
@@ -27,24 +30,31 @@ def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None) 
     graph_outputs = {o.name for o in model.graph.output}
 
     def free(k: Kernel) -> bool:
-        ops = {n.op_type for n in k.nodes}
+        # layout adapters and bf16 storage Casts belong to the kernel, not to the device op set
+        ops = {n.op_type for n in k.nodes if not is_adapter(n) and not is_precision_cast(n)}
         fused = any(p.key == FUSION_KEY for n in k.nodes for p in n.metadata_props)
         return not fused and (supported is None or ops <= supported)
+
+    def depth_of(k: Kernel) -> int:
+        return len(k.op_type.split("+"))
+
+    def followable(k: Kernel) -> bool:
+        return k.op_type in EPILOGUES or (layers and k.op_type in ANCHORS | EPILOGUES)
 
     chains = []
     taken: set[int] = set()
     for i, k in enumerate(kernels):
         if i in taken or k.op_type not in ANCHORS or not free(k):
             continue
-        chain, depth, cur = [k], k.n_ops, k
+        chain, depth, cur = [k], depth_of(k), k
         while len(cur.outputs) == 1 and cur.outputs[0] not in graph_outputs and len(users[cur.outputs[0]]) == 1:
             j = users[cur.outputs[0]][0]
             nxt = kernels[j]
-            if j in taken or nxt.op_type not in EPILOGUES or not free(nxt) or depth + nxt.n_ops > max_depth:
+            if j in taken or not followable(nxt) or not free(nxt) or depth + depth_of(nxt) > max_depth:
                 break
             chain.append(nxt)
             taken.add(j)
-            depth += nxt.n_ops
+            depth += depth_of(nxt)
             cur = nxt
         if len(chain) > 1:
             chains.append(chain)
@@ -53,12 +63,14 @@ def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None) 
 
 class FuseChain(Action):
     name = "fuse_chain"
-    params = {"max_depth": Param(4, (2, 3, 4, 6, 8), "most ops one fused kernel may hold")}
+    params = {"max_depth": Param(4, (2, 3, 4, 6, 8), "most ops one fused kernel may hold"),
+              "span": Param("epilogue", ("epilogue", "layers"),
+                            "one anchor and its element-wise epilogue, or consecutive layers too")}
 
     def sites(self, model, params, target):
         depth = min(params["max_depth"], target.max_fusion_depth)
         supported = set(target.supported_ops) if target.supported_ops is not None else None
-        chains = _chains(model, depth, supported)
+        chains = _chains(model, depth, supported, params["span"] == "layers")
         return [Site(tuple(n.name for c in chains for k in c for n in k.nodes), "all")] if chains else []
 
     def legal(self, model, site, params, target):
@@ -66,6 +78,8 @@ class FuseChain(Action):
             return f"target {target.name} takes no fusion directives (its runtime fuses by itself)"
         if params["max_depth"] > target.max_fusion_depth:
             return f"max_depth {params['max_depth']} exceeds {target.name}'s fusion depth {target.max_fusion_depth}"
+        if params["span"] == "layers" and not target.extra.get("fuse_layers"):
+            return f"target {target.name} does not fuse consecutive layers (no dataflow pipeline)"
         return None
 
     def apply(self, model, site, params, ctx):
@@ -74,13 +88,17 @@ class FuseChain(Action):
         by_name = {n.name: n for n in out.graph.node}
         supported = set(ctx.target.supported_ops) if ctx.target and ctx.target.supported_ops is not None else None
         existing = {p.value for n in out.graph.node for p in n.metadata_props if p.key == FUSION_KEY}
-        serial = len(existing)
-        for chain in _chains(out, params["max_depth"], supported):
-            names = [n.name for k in chain for n in k.nodes]
+        serial = 0
+        for chain in _chains(out, params["max_depth"], supported, params["span"] == "layers"):
+            # only the ops carry the tag: QDQ nodes and layout adapters follow their op into the group,
+            # so fusing before or after int8 / layout gives the same graph
+            names = [n.name for k in chain for n in k.nodes if not is_format_node(n) and not is_adapter(n)]
             if not set(names) <= in_site:
                 continue
+            while f"fg{serial}" in existing:
+                serial += 1
             tag = f"fg{serial}"
-            serial += 1
+            existing.add(tag)
             for name in names:
                 by_name[name].metadata_props.add(key=FUSION_KEY, value=tag)
         return out

@@ -3,10 +3,23 @@
 Latencies are MODELED, not measured: each kernel costs max(compute, memory traffic) plus a
 launch overhead, where compute uses the device's peak throughput for the kernel's precision
 (times an op efficiency and channel-alignment padding) and memory traffic is served from
-on-chip SRAM when the kernel's working set fits and from DRAM when it spills. Kernels the
-device cannot run (op outside its op set, or a precision it has no datapath for) run on the
-host and pay the link transfer of every tensor that crosses between host and device. A
-seeded log-normal noise imitates run-to-run jitter. Numerics run on ONNX Runtime's CPU
+on-chip SRAM when the kernel's working set fits and from DRAM when it spills. A
+layout-sensitive kernel (conv, pooling) away from the device's `preferred_layout` runs at
+`layout_penalty` times its efficiency and pays a reformat pass (one more launch reading and
+writing its input and output), as cuDNN/TensorRT reformat layers do; the `layout` action
+removes that.
+
+Operator binding is explicit (metainfer_core.kernels.bind): kernels the device cannot run (op
+outside its op set, a precision it has no datapath for, or pinned to the host) run on the host
+and every tensor crossing between host and device pays the link. Transfers add to the
+latency, unless the model records double buffering (metadata `metainfer.double_buffer`): then
+a transfer overlaps the previous kernel and only the part longer than it shows, at the price
+of a second staging buffer. Peak memory is the liveness planner's, with the model's buffer
+sharing policy (metadata `metainfer.memory_strategy`) or the device runtime's default
+(`memory_strategy`); a device with `weights_streamed` reads weights from external memory, so
+only activations count against its memory limit.
+
+A seeded log-normal noise imitates run-to-run jitter. Numerics run on ONNX Runtime's CPU
 provider with the graph's own precision, so fp16/int8 plans show their real accuracy loss."""
 from __future__ import annotations
 
@@ -18,12 +31,17 @@ import onnx
 import onnxruntime as ort
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
-from metainfer_core.kernels import Kernel, group_kernels
-from metainfer_core.memory import peak_memory_bytes
+from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings, group_kernels, unsupported_reason
+from metainfer_core.memory import DEFAULT_STRATEGY, MemoryPlan, model_strategy, plan_memory
 from metainfer_core.tensors import tensor_infos
 
 _ALIGNED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+LAYOUT_SENSITIVE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 HOST_LAUNCH_US = 5.0
+
+
+def double_buffered(model: onnx.ModelProto) -> bool:
+    return any(p.key == DOUBLE_BUFFER_KEY and p.value == "1" for p in model.metadata_props)
 
 
 class DeviceModel:
@@ -32,15 +50,12 @@ class DeviceModel:
     def __init__(self, spec: dict):
         self.spec = spec
 
+    @property
+    def supported_ops(self):
+        return self.spec.get("supported_ops")
+
     def unsupported_reason(self, k: Kernel) -> str | None:
-        ops = self.spec.get("supported_ops")
-        if ops is not None:
-            missing = sorted({n.op_type for n in k.nodes} - set(ops))
-            if missing:
-                return f"op {missing[0]} is not in the device op set"
-        if k.dtype not in self.spec["peak_gflops"]:
-            return f"no {k.dtype} datapath"
-        return None
+        return unsupported_reason(k, self.supported_ops, tuple(self.spec["peak_gflops"]))
 
     def _aligned_flops(self, k: Kernel) -> float:
         align = int(self.spec.get("channel_align", 1))
@@ -51,17 +66,28 @@ class DeviceModel:
         c = k.out_shapes[0][1] if primary.startswith("Conv") and len(k.out_shapes[0]) > 1 else k.out_shapes[0][-1]
         return k.flops * (math.ceil(c / align) * align) / max(c, 1)
 
+    def off_layout(self, k: Kernel) -> bool:
+        """A layout-sensitive kernel not in the device's preferred layout."""
+        return k.op_type.split("+")[0] in LAYOUT_SENSITIVE and k.layout != self.spec.get("preferred_layout", "NCHW")
+
+    def efficiency(self, k: Kernel) -> float:
+        eff = self.spec.get("op_efficiency", {})
+        e = eff.get(k.op_type.split("+")[0], eff.get("default", 0.5))
+        return e * float(self.spec.get("layout_penalty", 1.0)) if self.off_layout(k) else e
+
     def device_us(self, k: Kernel) -> float:
         s = self.spec
-        eff = s.get("op_efficiency", {})
-        primary = k.op_type.split("+")[0]
-        gflops = s["peak_gflops"][k.dtype] * eff.get(primary, eff.get("default", 0.5))
+        gflops = s["peak_gflops"][k.dtype] * self.efficiency(k)
         compute_us = self._aligned_flops(k) / (gflops * 1e3)
         working = k.bytes_in + k.bytes_weights + k.bytes_out
         bw = s["sram_gbps"] if working <= s["sram_bytes"] else s["dram_gbps"]
         mem_us = working / (bw * 1e3)
         slow = max(float(s.get("op_slowdown", {}).get(n.op_type, 1.0)) for n in k.nodes)
-        return (max(compute_us, mem_us) + s["launch_overhead_us"]) * slow
+        # away from its layout, the runtime reformats the kernel's input and output around it
+        # (one more launch that reads and writes both), as cuDNN/TensorRT reformat layers do
+        reformat = (s["launch_overhead_us"] + 2 * (k.bytes_in + k.bytes_out) / (bw * 1e3)
+                    if self.off_layout(k) and float(s.get("layout_penalty", 1.0)) < 1.0 else 0.0)
+        return (max(compute_us, mem_us) + s["launch_overhead_us"] + reformat) * slow
 
     def host_us(self, k: Kernel) -> float:
         s = self.spec
@@ -70,22 +96,49 @@ class DeviceModel:
     def link_us(self, nbytes: int) -> float:
         return nbytes / (self.spec["link_gbps"] * 1e3)
 
-    def graph_us(self, kernels: list[Kernel], infos) -> tuple[float, int]:
-        """Total modeled latency and the number of kernels that fell back to the host."""
-        on_device = {}
-        placement = []
-        for k in kernels:
-            dev = self.unsupported_reason(k) is None
-            placement.append(dev)
-            for t in k.outputs:
-                on_device[t] = dev
-        total = 0.0
-        for k, dev in zip(kernels, placement):
-            total += self.device_us(k) if dev else self.host_us(k)
-            # tensors crossing the host/device boundary pay the link; graph inputs start on the host
-            crossing = sum(infos[t].nbytes for t in k.inputs if t in infos and on_device.get(t, False) != dev)
-            total += self.link_us(crossing)
+    def placement(self, kernels: list[Kernel]) -> list[bool]:
+        """True where the kernel runs on the device."""
+        return [r is None for r in bind(kernels, self.supported_ops, tuple(self.spec["peak_gflops"]))]
+
+    def transfers(self, kernels: list[Kernel], infos, placement: list[bool], inputs_on_device: bool = False,
+                  outputs: set[str] = frozenset()) -> list[int]:
+        """Bytes crossing the link before each kernel runs (graph inputs start on the host, or
+        on the device for a standalone micro-benchmark), plus, as one more entry, the
+        host-computed outputs a standalone benchmark returns to the device."""
+        moved = crossings(kernels, infos, placement, inputs_on_device)
+        host_made = {t for k, dev in zip(kernels, placement) if not dev for t in k.outputs}
+        return moved + [sum(infos[t].nbytes for t in outputs if t in infos and t in host_made)]
+
+    def graph_us(self, kernels: list[Kernel], infos, double_buffer: bool = False, standalone: bool = False,
+                 outputs: set[str] = frozenset()) -> tuple[float, int]:
+        """Total modeled latency and the number of kernels bound to the host.
+
+        standalone: a micro-benchmark of one kernel: its inputs already sit on the device and
+        a host-bound kernel returns its outputs there (the round trip of the fallback path)."""
+        placement = self.placement(kernels)
+        moved = self.transfers(kernels, infos, placement, standalone, outputs if standalone else frozenset())
+        total, prev = 0.0, 0.0
+        for k, dev, nbytes in zip(kernels, placement, moved):
+            run = self.device_us(k) if dev else self.host_us(k)
+            link = self.link_us(nbytes)
+            # double buffering: the transfer streams while the previous kernel runs
+            total += run + (max(0.0, link - prev) if double_buffer else link)
+            prev = run
+        total += self.link_us(moved[-1])
         return total, placement.count(False)
+
+    def staging_bytes(self, kernels: list[Kernel], infos) -> int:
+        """The second staging buffer double buffering needs: the largest single transfer."""
+        moved = self.transfers(kernels, infos, self.placement(kernels))
+        return max(moved[:-1], default=0)
+
+    def memory(self, model: onnx.ModelProto, kernels: list[Kernel], infos) -> MemoryPlan:
+        inits = {i.name for i in model.graph.initializer}
+        inputs = [i.name for i in model.graph.input if i.name not in inits]
+        strategy = model_strategy(model, self.spec.get("memory_strategy", DEFAULT_STRATEGY))
+        extra = self.staging_bytes(kernels, infos) if double_buffered(model) else 0
+        return plan_memory(kernels, infos, inputs, strategy, {o.name for o in model.graph.output},
+                           include_weights=not self.spec.get("weights_streamed", False), extra_bytes=extra)
 
 
 class SimulatedModel(Compiled):
@@ -93,10 +146,9 @@ class SimulatedModel(Compiled):
         t0 = time.perf_counter()
         infos = tensor_infos(model)
         kernels = group_kernels(model, infos)
-        self.base_us, self.host_kernels = backend.device.graph_us(kernels, infos)
-        inits = {i.name for i in model.graph.initializer}
-        inputs = [i.name for i in model.graph.input if i.name not in inits]
-        self.peak_bytes = peak_memory_bytes(kernels, infos, inputs)
+        dev = backend.device
+        self.base_us, self.host_kernels = dev.graph_us(kernels, infos, double_buffer=double_buffered(model))
+        self.peak_bytes = dev.memory(model, kernels, infos).peak_bytes
         self.session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
         self.compile_s = time.perf_counter() - t0
         self._noise = backend.noise_source()
@@ -122,13 +174,17 @@ class SimulatedBackend(Backend):
         s = self.spec
         return TargetInfo(
             name=self.name, measurement="modeled", firmware=str(s["firmware"]), driver=str(s["driver"]),
-            runtime=f"meta-infer-simulator-1 (numerics: onnxruntime-{ort.__version__} CPU)",
+            runtime=f"meta-infer-simulator-2 (numerics: onnxruntime-{ort.__version__} CPU)",
             memory_limit_bytes=int(s["memory_limit_bytes"]),
             supported_ops=tuple(s["supported_ops"]) if s.get("supported_ops") is not None else None,
             dtypes=tuple(s["peak_gflops"]), quantization=tuple(s.get("quantization", [])),
             preferred_layout=s.get("preferred_layout", "NCHW"), static_shapes=bool(s.get("static_shapes", False)),
             max_fusion_depth=int(s.get("max_fusion_depth", 1)),
-            extra={"op_slowdown": dict(s.get("op_slowdown", {}))})
+            extra={"op_slowdown": dict(s.get("op_slowdown", {})), "link_gbps": float(s["link_gbps"]),
+                   "memory_strategy": s.get("memory_strategy", DEFAULT_STRATEGY),
+                   "weights_streamed": bool(s.get("weights_streamed", False)),
+                   "fuse_layers": bool(s.get("fuse_layers", False)),
+                   "schedulable": True})
 
     def noise_source(self):
         """Seeded multiplicative jitter; each compiled model gets its own stream."""
@@ -141,10 +197,12 @@ class SimulatedBackend(Backend):
         return SimulatedModel(self, model)
 
     def benchmark(self, model: onnx.ModelProto, reps: int, warmup: int) -> Timing:
+        """A kernel timed as it runs inside a graph: inputs already resident on the device; a
+        kernel bound to the host pays the round trip over the link."""
         infos = tensor_infos(model)
         kernels = group_kernels(model, infos)
-        base_us, host = self.device.graph_us(kernels, infos)
+        base_us, host = self.device.graph_us(kernels, infos, double_buffer=double_buffered(model), standalone=True,
+                                             outputs={o.name for o in model.graph.output})
         noise = self.noise_source()
-        inits = {i.name for i in model.graph.initializer}
-        peak = peak_memory_bytes(kernels, infos, [i.name for i in model.graph.input if i.name not in inits])
+        peak = self.device.memory(model, kernels, infos).peak_bytes
         return Timing.from_samples([base_us * noise() / 1e3 for _ in range(reps)], fallback=host > 0, peak_mem_bytes=peak)

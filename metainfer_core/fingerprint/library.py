@@ -59,6 +59,43 @@ class RecordRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class PlanRunRow(Base):
+    """A whole-model run of one plan (a zoo model's candidate plan measured offline, or a
+    deployed/verified plan measured at runtime), with the plan's kernel graph so the
+    predictor can learn from it without the ONNX file."""
+    __tablename__ = "plan_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    version: Mapped[str] = mapped_column(String(64), index=True)
+    target: Mapped[str] = mapped_column(String(64), index=True)
+    model: Mapped[str] = mapped_column(String(256), index=True)
+    plan_key: Mapped[str] = mapped_column(String(64))
+    label: Mapped[str] = mapped_column(String(2048))
+    source: Mapped[str] = mapped_column(String(32))          # zoo | runtime
+    graph: Mapped[dict] = mapped_column(JSON)
+    median_ms: Mapped[float] = mapped_column(Float)
+    p10_ms: Mapped[float] = mapped_column(Float)
+    p90_ms: Mapped[float] = mapped_column(Float)
+    reps: Mapped[int] = mapped_column(Integer)
+    peak_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    predicted_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
+    predictor: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+@dataclass(frozen=True)
+class PlanRun:
+    """One whole-model measurement ready to store (see PlanRunRow)."""
+    model: str
+    plan_key: str
+    label: str
+    graph: dict
+    timing: Timing
+    source: str = "zoo"
+    peak_mem_bytes: int | None = None
+    predicted_ms: float | None = None
+    predictor: str | None = None
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One kernel measurement ready to store."""
@@ -98,10 +135,13 @@ class FingerprintLibrary:
                     s.rollback()
         return info.fingerprint_version
 
-    def known_keys(self, version: str, source: str = "microbench") -> set[str]:
+    def known_keys(self, version: str, source: str | None = None) -> set[str]:
+        """Kernel keys with a record under `version` (from any source unless one is named)."""
+        q = select(RecordRow.kernel_key).where(RecordRow.version == version)
+        if source is not None:
+            q = q.where(RecordRow.source == source)
         with Session(self.engine) as s:
-            return set(s.scalars(select(RecordRow.kernel_key).where(RecordRow.version == version,
-                                                                    RecordRow.source == source)))
+            return set(s.scalars(q))
 
     def add(self, info: TargetInfo, measurements: list[Measurement]) -> int:
         """Store measurements in one transaction; returns how many were new. When another
@@ -143,6 +183,57 @@ class FingerprintLibrary:
             return [{"kernel_key": r.kernel_key, "op_type": r.op_type, "dtype": r.dtype, "features": r.features,
                      "median_ms": r.median_ms, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms, "fallback": r.fallback,
                      "source": r.source, "signature": json.loads(r.signature)} for r in rows]
+
+    def training_records(self, version: str) -> list[dict]:
+        """records() plus each record's peak memory and row id (the predictor learns both)."""
+        with Session(self.engine) as s:
+            rows = s.scalars(select(RecordRow).where(RecordRow.version == version).order_by(RecordRow.id))
+            return [{"id": r.id, "kernel_key": r.kernel_key, "op_type": r.op_type, "dtype": r.dtype,
+                     "features": r.features, "median_ms": r.median_ms, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms,
+                     "peak_mem_bytes": r.peak_mem_bytes, "fallback": r.fallback, "source": r.source,
+                     "signature": json.loads(r.signature)} for r in rows]
+
+    def add_plan_runs(self, info: TargetInfo, runs: list[PlanRun]) -> int:
+        """Store whole-model runs. Offline (source "zoo") runs are kept once per (model, plan)
+        and version, like micro-benchmarks; runtime runs are all kept: each is a new
+        observation of the deployed plan. Returns how many were stored."""
+        version = self.register_version(info)
+        with Session(self.engine) as s, s.begin():
+            have = set(s.execute(select(PlanRunRow.model, PlanRunRow.plan_key)
+                                 .where(PlanRunRow.version == version, PlanRunRow.source == "zoo")).all())
+            rows = []
+            for r in runs:
+                if r.source == "zoo":
+                    if (r.model, r.plan_key) in have:
+                        continue
+                    have.add((r.model, r.plan_key))
+                t = r.timing
+                rows.append(PlanRunRow(version=version, target=info.name, model=r.model, plan_key=r.plan_key,
+                                       label=r.label[:2048], source=r.source, graph=r.graph, median_ms=t.median_ms,
+                                       p10_ms=t.p10_ms, p90_ms=t.p90_ms, reps=t.reps, peak_mem_bytes=r.peak_mem_bytes,
+                                       predicted_ms=r.predicted_ms, predictor=r.predictor,
+                                       created_at=datetime.now(timezone.utc)))
+            s.add_all(rows)
+        return len(rows)
+
+    def plan_runs(self, version: str, source: str | None = None, model: str | None = None) -> list[dict]:
+        """Whole-model runs of one version, oldest first."""
+        with Session(self.engine) as s:
+            q = select(PlanRunRow).where(PlanRunRow.version == version).order_by(PlanRunRow.id)
+            if source:
+                q = q.where(PlanRunRow.source == source)
+            if model:
+                q = q.where(PlanRunRow.model == model)
+            return [{"id": r.id, "model": r.model, "plan_key": r.plan_key, "label": r.label, "source": r.source,
+                     "graph": r.graph, "median_ms": r.median_ms, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms,
+                     "reps": r.reps, "peak_mem_bytes": r.peak_mem_bytes, "predicted_ms": r.predicted_ms,
+                     "predictor": r.predictor, "created_at": r.created_at} for r in s.scalars(q)]
+
+    def known_plans(self, version: str, source: str = "zoo") -> set[tuple[str, str]]:
+        """(model, plan_key) pairs already measured for this version."""
+        with Session(self.engine) as s:
+            return set(s.execute(select(PlanRunRow.model, PlanRunRow.plan_key)
+                                 .where(PlanRunRow.version == version, PlanRunRow.source == source)).all())
 
     def versions(self, target: str | None = None) -> list[str]:
         with Session(self.engine) as s:

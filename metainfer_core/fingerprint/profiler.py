@@ -3,6 +3,7 @@ ONNX model and timed on the target, at the deployment batch and along a batch gr
 Kernels already in the library for the current fingerprint version are not measured again."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -12,6 +13,7 @@ from onnx import helper
 
 from metainfer_core.backends.base import Backend
 from metainfer_core.features import kernel_features
+from metainfer_core.fingerprint.kernel_store import save_kernels
 from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement
 from metainfer_core.kernels import Kernel, group_kernels
 from metainfer_core.tensors import TensorInfo, tensor_infos
@@ -46,7 +48,25 @@ def kernel_model(model: onnx.ModelProto, k: Kernel, infos: dict[str, TensorInfo]
     km.ir_version = model.ir_version
     km.functions.extend(model.functions)
     onnx.checker.check_model(km)
-    return onnx.shape_inference.infer_shapes(km, strict_mode=True)
+    inferred = onnx.shape_inference.infer_shapes(km, strict_mode=True)
+    if batch_scale != 1:
+        _check_reshapes(inferred)
+    return inferred
+
+
+def _check_reshapes(km: onnx.ModelProto) -> None:
+    """Refuse a Reshape whose constant target (baked at the deployment batch, e.g. [1, 200])
+    cannot take the scaled input: ONNX shape inference does not compare element counts, and
+    ONNX Runtime would fail only at run time, after logging an error line to the terminal."""
+    dims = {vi.name: [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            for vi in [*km.graph.value_info, *km.graph.input, *km.graph.output]}
+    for node in km.graph.node:
+        if node.op_type != "Reshape":
+            continue
+        before, after = dims.get(node.input[0]), dims.get(node.output[0])
+        if before and after and None not in before + after and math.prod(before) != math.prod(after):
+            raise ValueError(f"Reshape {node.name} has a fixed target {after} that a batch-scaled input "
+                             f"{before} does not fit")
 
 
 def distinct_kernels(models: list[onnx.ModelProto], op_filter: set[str] | None = None
@@ -74,6 +94,7 @@ def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.Mod
     known = library.known_keys(version)
     todo = distinct_kernels(models, op_filter)
     batch: list[Measurement] = []
+    kernel_files: dict[str, onnx.ModelProto] = {}
     for done, (m, k, infos) in enumerate(todo, 1):
         for scale in batch_gradient:
             try:
@@ -95,11 +116,13 @@ def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.Mod
                 report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
                 continue
             known.add(sk.key())
+            kernel_files[sk.key()] = km
             # normalized graphs express every layout as NCHW (layout changes are explicit Transposes)
             batch.append(Measurement(sk.key(), sk.op_type, sk.dtype, "NCHW", sk.signature(), kernel_features(sk), timing,
                                      sk.bytes_in + sk.bytes_weights + sk.bytes_out))
         if progress:
             progress(done, len(todo))
     report.measured = library.add(info, batch)
+    save_kernels(library, kernel_files)
     report.seconds = time.perf_counter() - t0
     return report

@@ -51,7 +51,9 @@ def run_model(model: onnx.ModelProto, feeds: dict[str, np.ndarray], label: str) 
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types
         raise MetaInferError(
             f"ONNX Runtime could not run the {label} model for the equivalence check ({first_line(exc)}); "
-            "the model needs inputs random values cannot stand for, or an op ONNX Runtime lacks."
+            "the model needs inputs random values cannot stand for, or an op ONNX Runtime lacks. Unbound "
+            "symbolic dims are run at size 1: if the model needs other sizes, bind them with "
+            "model.input_shapes={<input>:[dims]}."
         ) from None
     return {o.name: v for o, v in zip(session.get_outputs(), values)}
 

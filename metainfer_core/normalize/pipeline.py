@@ -21,8 +21,15 @@ from metainfer_core.normalize.passes import (
     layout,
     merge_reshapes,
     name_nodes,
+    softmax_axis,
 )
-from metainfer_core.normalize.shapes import bind_input_shapes, check_complete, infer_shapes, symbolic_inputs
+from metainfer_core.normalize.shapes import (
+    bind_input_shapes,
+    check_complete,
+    infer_shapes,
+    symbolic_inputs,
+    unknown_negative_dims,
+)
 
 Pass = Callable[[onnx.ModelProto], tuple[onnx.ModelProto, int]]
 
@@ -36,6 +43,7 @@ NORMALIZE_PASSES: list[tuple[str, Pass]] = [
     ("fold_bias_add", fold_bias_add.run),
     ("cancel_transposes", cancel_transposes.run),
     ("merge_reshapes", merge_reshapes.run),
+    ("softmax_axis", softmax_axis.run),
     ("layout", layout.run),
     ("cse", cse.run),
 ]
@@ -61,9 +69,10 @@ def normalize(
     seed: int = 0,
     max_rounds: int = 10,
 ) -> NormalizeResult:
-    """Bind shapes, upgrade the opset, rewrite to a fixed point, sort, check completeness, then
-    check the result against the (bound) original on seeded random inputs."""
-    bound = bind_input_shapes(model, input_shapes)
+    """Read -1 dims as unknown, bind shapes, upgrade the opset, rewrite to a fixed point, sort,
+    check completeness, then check the result against the (bound) original on seeded random
+    inputs."""
+    bound = bind_input_shapes(unknown_negative_dims(model), input_shapes)
     work, opset_from = to_canonical_opset(bound)
     log: list[dict] = []
     for round_no in range(1, max_rounds + 1):

@@ -6,7 +6,7 @@ import onnx
 from onnx import shape_inference
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.graph_utils import Shape, clone, describe, tensor_shapes
+from metainfer_core.normalize.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
 from metainfer_core.normalize.messages import first_line
 
 
@@ -14,6 +14,31 @@ def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
     """Graph inputs a caller feeds (an input with an initializer is a default-valued weight)."""
     weights = {t.name for t in model.graph.initializer}
     return [i for i in model.graph.input if i.name not in weights]
+
+
+def unknown_negative_dims(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Dims declared with a negative size => unknown dims (no value, no symbol).
+
+    Old exporters (Paddle2ONNX, early tf2onnx) write -1 for a dynamic axis; ONNX sizes are
+    non-negative, so -1 would otherwise read as a static size that no binding may change and no
+    input can have. Covers the signature and value_info of the main graph and every subgraph.
+    """
+    if not any(d.dim_value < 0 for d in _all_dims(model)):
+        return model
+    model = clone(model)
+    for dim in _all_dims(model):
+        if dim.HasField("dim_value") and dim.dim_value < 0:
+            dim.Clear()
+    return model
+
+
+def _all_dims(model: onnx.ModelProto) -> list:  # type: ignore[type-arg]
+    dims = []
+    for graph in iter_graphs(model.graph):
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                dims.extend(vi.type.tensor_type.shape.dim)
+    return dims
 
 
 def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None) -> onnx.ModelProto:
@@ -72,6 +97,20 @@ def symbolic_inputs(model: onnx.ModelProto) -> dict[str, Shape]:
         for i in real_inputs(model)
         if shapes.get(i.name) is not None
     }
+
+
+def unbound_inputs(model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None) -> dict[str, Shape | None]:
+    """Fed inputs that stay dynamic once `input_shapes` is bound: their dims (str where symbolic,
+    '?' where unknown), or None when even the rank is unknown. Cheap: no inference, no rewrite,
+    so a static-shape target can refuse a model before normalize spends time on it."""
+    bound = bind_input_shapes(unknown_negative_dims(model), input_shapes)
+    dims = tensor_shapes(bound.graph)
+    unbound: dict[str, Shape | None] = {}
+    for vi in real_inputs(bound):
+        shape = dims.get(vi.name)
+        if shape is None or not all(isinstance(d, int) for d in shape):
+            unbound[vi.name] = None if shape is None else [d if d is not None else "?" for d in shape]
+    return unbound
 
 
 def check_complete(model: onnx.ModelProto) -> None:

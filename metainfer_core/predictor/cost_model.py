@@ -1,101 +1,189 @@
-"""Learned cost model: CatBoost regression of log10 kernel latency on kernel features.
+"""The learned cost model: kernel-level CatBoost (log latency and log peak memory per kernel,
+from the fingerprint library's micro-benchmarks) plus a model-level correction learned from
+whole-model runs (launch overheads, fusion, host/device transfers), so that a plan's
+predicted latency matches a whole-graph run rather than the sum of standalone kernels.
 
-A model's predicted latency is the sum of its kernels' predicted latencies. Trained from the
-fingerprint library of one fingerprint version and saved beside its metadata (training-set
-size, validation error), so a model is always tied to the version it learned from."""
+Saved per fingerprint version as numbered revisions (store.PredictorStore) with metadata:
+training-set size, validation metrics, where it came from (trained, fine-tuned)."""
 from __future__ import annotations
 
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
-from catboost import CatBoostRegressor, Pool
+import onnx
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.features import CATEGORICAL, FEATURES, kernel_features
-from metainfer_core.kernels import Kernel
+from metainfer_core.kernels import Kernel, group_kernels
+from metainfer_core.predictor import plan_features
+from metainfer_core.predictor.correction import Correction
+from metainfer_core.predictor.kernel_model import LATENCY_PARAMS, KernelModel
+from metainfer_core.predictor.plan_graph import describe_kernels
+from metainfer_core.predictor.store import PredictorStore
+from metainfer_core.predictor.target_join import TargetSpec, record_descriptor
+from metainfer_core.tensors import TensorInfo, tensor_infos
 
-# Pinned so that continued training (init_model) never silently changes the model's shape.
-PARAMS = dict(iterations=400, depth=6, learning_rate=0.08, loss_function="RMSE", random_seed=0,
-              verbose=False, thread_count=2, allow_writing_files=False)
 MIN_RECORDS = 8
 
 
 @dataclass
 class PredictorMeta:
     fingerprint_version: str
-    n_records: int
-    val_mape: float             # on a held-out fifth of the records (kernel level)
+    n_records: int              # kernel records learned from
+    val_mape: float             # kernel level, on a held-out fifth of the records
     train_s: float
+    n_plan_runs: int = 0        # whole-model runs the correction learned from
+    revision: int = 0
+    parent: int | None = None   # the revision this one was fine-tuned from
+    kind: str = "trained"       # trained | fine_tuned
+    target: str = ""
+    spec: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)   # e.g. leave-one-model-out figures
+    created_at: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.fingerprint_version}/r{self.revision}"
 
 
-def _frame(rows: list[dict]) -> pd.DataFrame:
-    df = pd.DataFrame([{f: r.get(f) for f in FEATURES} for r in rows], columns=FEATURES)
-    for c in CATEGORICAL:
-        df[c] = df[c].astype(str)
-    return df
+def kernel_rows(records: list[dict]) -> tuple[list[dict], np.ndarray, np.ndarray | None]:
+    """(kernel descriptors, latency ms, peak bytes or None) of library records."""
+    feats = [record_descriptor(r) for r in records]
+    ms = np.array([max(r["median_ms"], 1e-6) for r in records])
+    mem = [r.get("peak_mem_bytes") for r in records]
+    peak = np.array(mem, dtype=np.float64) if all(m is not None and m > 0 for m in mem) else None
+    return feats, ms, peak
 
 
 class CostModel:
-    def __init__(self, model: CatBoostRegressor, meta: PredictorMeta):
-        self.model, self.meta = model, meta
+    def __init__(self, kernels: KernelModel, correction: Correction, meta: PredictorMeta):
+        self.kernels, self.correction, self.meta = kernels, correction, meta
 
+    @property
+    def spec(self) -> TargetSpec:
+        return self.kernels.spec
+
+    # ---- training ---------------------------------------------------------------------
     @staticmethod
-    def train(records: list[dict], fingerprint_version: str, seed: int = 0) -> "CostModel":
+    def train(records: list[dict], fingerprint_version: str, seed: int = 0, spec: TargetSpec | None = None,
+              plan_runs: list[dict] | None = None, params: dict | None = None, ridge: float = 1e-3,
+              validate: bool = True) -> "CostModel":
         if len(records) < MIN_RECORDS:
             raise MetaInferError(f"Only {len(records)} fingerprint records for {fingerprint_version}; the predictor "
                                  f"needs at least {MIN_RECORDS}. Run the profile stage on a larger model first.")
         t0 = time.perf_counter()
-        X = _frame([r["features"] for r in records])
-        y = np.log10(np.array([max(r["median_ms"], 1e-6) for r in records]))
-        rng = np.random.default_rng(seed)
-        val = rng.random(len(records)) < 0.2
-        probe = CatBoostRegressor(**PARAMS)
-        probe.fit(Pool(X[~val], y[~val], cat_features=CATEGORICAL))
-        pred = probe.predict(Pool(X[val], cat_features=CATEGORICAL)) if val.any() else np.array([])
-        mape = float(np.mean(np.abs(10 ** pred - 10 ** y[val]) / 10 ** y[val])) if val.any() else float("nan")
-        final = CatBoostRegressor(**PARAMS)      # the deployed model learns from every record
-        final.fit(Pool(X, y, cat_features=CATEGORICAL))
-        return CostModel(final, PredictorMeta(fingerprint_version, len(records), mape, time.perf_counter() - t0))
+        spec = spec or TargetSpec()
+        params = dict(params or LATENCY_PARAMS, random_seed=seed)
+        feats, ms, peak = kernel_rows(records)
+        mape = float("nan")
+        if validate:       # kernel-level check on a random fifth, before the final fit on all
+            val = np.random.default_rng(seed).random(len(records)) < 0.2
+            if val.any() and (~val).sum() >= MIN_RECORDS:
+                probe = KernelModel.fit([f for f, v in zip(feats, val) if not v], ms[~val], spec, params=params)
+                pred = probe.predict_ms([f for f, v in zip(feats, val) if v])
+                mape = float(np.mean(np.abs(pred - ms[val]) / ms[val]))
+        km = KernelModel.fit(feats, ms, spec, peak, params=params)
+        runs = [r for r in (plan_runs or []) if r.get("graph", {}).get("kernels")]
+        correction = fit_correction(km, runs, ridge)
+        meta = PredictorMeta(fingerprint_version, len(records), mape, time.perf_counter() - t0, len(plan_runs or []),
+                             target=spec.name, spec=spec.as_dict(), created_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        return CostModel(km, correction, meta)
 
+    # ---- prediction -------------------------------------------------------------------
     def predict_kernels_ms(self, kernels: list[Kernel]) -> np.ndarray:
+        """Standalone latency of each kernel (what a micro-benchmark would measure)."""
         if not kernels:
             return np.zeros(0)
-        X = _frame([kernel_features(k) for k in kernels])
-        return 10 ** self.model.predict(Pool(X, cat_features=CATEGORICAL))
+        return self.predict_graph_kernels_ms(describe_kernels(kernels))
 
-    def predict_ms(self, kernels: list[Kernel]) -> float:
-        return float(self.predict_kernels_ms(kernels).sum())
+    def predict_graph_kernels_ms(self, graph: dict) -> np.ndarray:
+        return self.kernels.predict_ms(graph["kernels"])
 
-    def save(self, folder: Path) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
-        self.model.save_model(str(folder / "model.cbm"))
-        (folder / "meta.json").write_text(json.dumps(asdict(self.meta), indent=2))
-        return folder
+    def predict_graph_ms(self, graph: dict, kernel_ms: np.ndarray | None = None) -> float:
+        """Whole-model latency of a described plan (plan_graph): kernels plus correction."""
+        if not graph["kernels"]:
+            return 0.0
+        kernel_ms = self.predict_graph_kernels_ms(graph) if kernel_ms is None else kernel_ms
+        x = plan_features.matrix([graph], [kernel_ms], self.spec)
+        return float(self.correction.apply(x)[0])
+
+    def predict_ms(self, kernels: list[Kernel], infos: dict[str, TensorInfo] | None = None) -> float:
+        """Whole-model latency of a graph given as its kernels (the search's call). With the
+        graph's tensor infos the prediction also sees signed int8 activations."""
+        if not kernels:
+            return 0.0
+        return self.predict_graph_ms(describe_kernels(kernels, infos))
+
+    def predict_model_ms(self, model: onnx.ModelProto) -> float:
+        infos = tensor_infos(model)
+        return self.predict_ms(group_kernels(model, infos), infos)
+
+    def predict_kernels_peak_bytes(self, kernels: list[Kernel]) -> np.ndarray | None:
+        if not kernels:
+            return np.zeros(0)
+        return self.kernels.predict_peak_bytes(describe_kernels(kernels)["kernels"])
+
+    # ---- persistence ------------------------------------------------------------------
+    def save(self, folder: Path) -> int:
+        """Save as a new revision of the store at `folder`; returns the revision number."""
+        store = PredictorStore(folder)
+        rev, path = store.new_revision_path()
+        self.meta.revision = rev
+        self.kernels.save(path)
+        (path / "correction.json").write_text(json.dumps(self.correction.as_dict(), indent=2))
+        (path / "meta.json").write_text(json.dumps(asdict(self.meta), indent=2, default=_json_default))
+        return rev
 
     @staticmethod
-    def load(folder: Path) -> "CostModel":
-        model = CatBoostRegressor()
-        model.load_model(str(folder / "model.cbm"))
-        meta = PredictorMeta(**json.loads((folder / "meta.json").read_text()))
-        return CostModel(model, meta)
+    def load(folder: Path, revision: int | None = None) -> "CostModel":
+        store = PredictorStore(folder)
+        rev = revision if revision is not None else store.current()
+        if rev is None or rev not in store.revisions():
+            raise MetaInferError(f"No predictor revision {rev if rev is not None else '(current)'} in {folder}; "
+                                 f"saved revisions: {store.revisions() or 'none'}. Train one with flows/train.py.")
+        path = store.path(rev)
+        meta = PredictorMeta(**json.loads((path / "meta.json").read_text()))
+        spec = TargetSpec.from_dict(meta.spec) if meta.spec else TargetSpec()
+        correction = Correction.from_dict(json.loads((path / "correction.json").read_text()))
+        return CostModel(KernelModel.load(path, spec), correction, meta)
 
 
-def load_or_train(records: list[dict], fingerprint_version: str, folder: Path, seed: int = 0) -> tuple[CostModel, bool]:
-    """Re-use the saved model when it was trained on exactly these records; else train anew.
-    Returns (model, trained_now)."""
-    if (folder / "meta.json").is_file():
+def fit_correction(km: KernelModel, runs: list[dict], ridge: float) -> Correction:
+    if not runs:
+        return Correction.identity()
+    preds = [km.predict_ms(r["graph"]["kernels"]) for r in runs]
+    X = plan_features.matrix([r["graph"] for r in runs], preds, km.spec)
+    return Correction.fit(X, np.array([r["median_ms"] for r in runs]), [r["model"] for r in runs], ridge)
+
+
+def load_or_train(records: list[dict], fingerprint_version: str, folder: Path, seed: int = 0, *,
+                  spec: TargetSpec | None = None, plan_runs: list[dict] | None = None, params: dict | None = None,
+                  ridge: float = 1e-3) -> tuple[CostModel, bool]:
+    """Re-use the current revision when it learned from exactly these records and runs;
+    else train anew and make that the current revision. Returns (model, trained_now)."""
+    store = PredictorStore(folder)
+    if store.current() is not None:
         cm = CostModel.load(folder)
-        if cm.meta.n_records == len(records) and cm.meta.fingerprint_version == fingerprint_version:
+        if (cm.meta.fingerprint_version == fingerprint_version and cm.meta.n_records == len(records)
+                and cm.meta.n_plan_runs == len(plan_runs or [])):
             return cm, False
-    cm = CostModel.train(records, fingerprint_version, seed)
-    cm.save(folder)
+    cm = CostModel.train(records, fingerprint_version, seed, spec=spec, plan_runs=plan_runs, params=params, ridge=ridge)
+    rev = cm.save(folder)
+    store.set_current(rev)
+    store.log("trained", revision=rev, n_records=cm.meta.n_records, n_plan_runs=cm.meta.n_plan_runs)
     return cm, True
 
 
 def nan_to_none(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+
+
+def _json_default(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if hasattr(x, "item"):
+        return x.item()
+    return str(x)

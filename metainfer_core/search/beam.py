@@ -1,7 +1,11 @@
 """Beam search over action sequences. Each level expands every beam state by every legal
-(action, parameter choice, site); equivalent graphs are merged by hash; candidates that break
-a hard constraint are pruned; the best `beam_width` by score go on. Actions enable each
-other: a rewrite at one level can open sites at the next."""
+(action, parameter choice, site); equivalent graphs are merged by their canonical hash;
+candidates that break a hard constraint are pruned; the best `beam_width` by score go on.
+Actions enable each other: a rewrite at one level can open sites at the next, and a state
+over the device's memory limit stays expandable (a later tiling, buffer reuse or int8 step may
+bring it under; over the limit it is never returned). At the end, the
+best candidates whose accuracy loss was estimated get an exact check (a CPU run), and any that
+then break the accuracy bound are dropped, until `top_k` remain."""
 from __future__ import annotations
 
 import time
@@ -13,6 +17,8 @@ import onnx
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
+
+EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
 
 @dataclass
@@ -26,9 +32,11 @@ class SearchResult:
     levels: int = 0
     search_s: float = 0.0
     stopped_by_budget: bool = False
+    duplicates: int = 0
+    timings: dict[str, float] = field(default_factory=dict)  # where the search's own time went
 
 
-def _expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
+def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
     for name, domain in space.items():
         action = ACTIONS[name]
         for params in action.choices(domain):
@@ -44,26 +52,38 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                 ctx: ActionContext, beam_width: int, depth: int, top_k: int, time_budget_s: float,
                 progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
     t0 = time.perf_counter()
+    clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
     default = Candidate(default_model)
     evaluator.set_baseline(default)
     result = SearchResult(default=default, top=[])
     seen = {default.key}
     pool: list[Candidate] = []
+    keep = 4 * max(beam_width, top_k)       # the pool keeps the best few only (graphs are large)
     beam = [default]
     for level in range(1, depth + 1):
         frontier: list[Candidate] = []
+        stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
         for state in beam:
-            for action, params, site in _expansions(state, space, ctx, result):
+            t_exp = time.perf_counter()
+            todo = list(expansions(state, space, ctx, result))
+            clock["expand_s"] += time.perf_counter() - t_exp
+            for action, params, site in todo:
                 if time.perf_counter() - t0 > time_budget_s:
                     result.stopped_by_budget = True
                     break
+                t_apply = time.perf_counter()
                 try:
                     model = action.apply(state.model, site, params, ctx)
                 except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
                     result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     continue
+                finally:
+                    clock["apply_s"] += time.perf_counter() - t_apply
+                t_hash = time.perf_counter()
                 cand = Candidate(model, state.steps + (Step(action.name, site, tuple(sorted(params.items()))),))
+                clock["hash_s"] += time.perf_counter() - t_hash
                 if cand.key in seen:
+                    result.duplicates += 1
                     continue
                 seen.add(cand.key)
                 evaluator.evaluate(cand)
@@ -71,19 +91,48 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                 if cand.violation:
                     reason = cand.violation.split(":")[0]
                     result.pruned[reason] = result.pruned.get(reason, 0) + 1
+                    # over the memory limit: no result, but later steps (tiling, reuse, int8) may fit it
+                    if reason == "memory":
+                        stepping.append(cand)
                     continue
                 frontier.append(cand)
+            if result.stopped_by_budget:
+                break
         result.levels = level
-        if not frontier:
+        if not frontier and not stepping:
             break
-        frontier.sort(key=lambda c: c.score)
-        beam = frontier[:beam_width]
-        pool.extend(frontier)
+        limit = max(evaluator.target.memory_limit_bytes, 1)
+        beam = sorted(frontier + stepping, key=lambda c: c.score + max(0.0, c.peak_mem_bytes / limit - 1.0))[:beam_width]
+        pool = sorted(pool + frontier, key=lambda c: c.score)[:keep]
         if progress:
-            progress(level, len(frontier), min(c.score for c in pool))
+            progress(level, len(frontier), pool[0].score if pool else float("nan"))
         if result.stopped_by_budget:
             break
-    pool.sort(key=lambda c: c.score)
-    result.top = [c for c in pool if c.score < default.score][:top_k]
+    result.top = _exact_top(pool, default, evaluator, top_k, result)
     result.search_s = time.perf_counter() - t0
+    result.timings = {k: round(v, 4) for k, v in {**clock, **evaluator.timings, "total_s": result.search_s}.items()}
+    if evaluator.sensitivity is not None:
+        result.timings["sensitivity_probes"] = evaluator.sensitivity.probes
     return result
+
+
+def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, top_k: int,
+               result: SearchResult) -> list[Candidate]:
+    """The best `top_k` better than the default, with exact accuracy for the lossy ones."""
+    top: list[Candidate] = []
+    checks = 0
+    for c in sorted(pool, key=lambda c: c.score):
+        if len(top) == top_k or c.score >= default.score:
+            break
+        if not c.accuracy_exact:
+            if checks >= EXACT_CHECKS_PER_SLOT * top_k:
+                continue
+            checks += 1
+            evaluator.exact(c)
+            if c.violation:
+                result.pruned["accuracy (exact check)"] = result.pruned.get("accuracy (exact check)", 0) + 1
+                continue
+            if c.score >= default.score:
+                continue
+        top.append(c)
+    return sorted(top, key=lambda c: c.score)

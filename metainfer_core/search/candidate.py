@@ -1,4 +1,5 @@
-"""A candidate plan: the graph after a sequence of action steps, with its predicted costs."""
+"""A candidate plan: the graph after a sequence of action steps, with its predicted costs, and
+the canonical graph hash that lets the search merge equivalent plans."""
 from __future__ import annotations
 
 import hashlib
@@ -7,11 +8,55 @@ from dataclasses import dataclass, field
 import onnx
 
 from metainfer_core.actions.base import Step
+from metainfer_core.actions.schedule import SCHEDULE_KEY
+from metainfer_core.kernels import FUSION_KEY
+
+
+def _h(*parts) -> str:
+    return hashlib.sha1("\x1f".join(map(str, parts)).encode()).hexdigest()
+
+
+def _tensor_digest(t: onnx.TensorProto) -> str:
+    if t.raw_data:
+        payload = t.raw_data
+    else:                  # typed fields: hash a nameless copy of the proto
+        c = onnx.TensorProto()
+        c.CopyFrom(t)
+        c.name = ""
+        payload = c.SerializeToString(deterministic=True)
+    return hashlib.sha1(bytes([t.data_type]) + str(list(t.dims)).encode() + payload).hexdigest()
 
 
 def graph_hash(model: onnx.ModelProto) -> str:
-    """Identity of the computation: the graph (nodes, weights, metadata), not the model header."""
-    return hashlib.sha1(model.graph.SerializeToString(deterministic=True)).hexdigest()[:16]
+    """Identity of the computation, independent of node and intermediate tensor names and of
+    which equivalent order the nodes are listed in: each node is hashed from its op, attributes,
+    metadata and the hashes of what it reads (a Merkle DAG); weights by content; the graph by
+    its interface, its output hashes, every node hash, its fusion groups (as sets of member
+    hashes, so group labels do not matter) and the plan-wide metadata. The execution order
+    counts only when a plan chose it (metadata `metainfer.schedule`)."""
+    g = model.graph
+    inits = {i.name: _tensor_digest(i) for i in g.initializer}
+    value: dict[str, str] = {i.name: _h("in", i.name, i.type.SerializeToString(deterministic=True))
+                             for i in g.input if i.name not in inits}
+    value.update(inits)
+    node_hashes: list[str] = []
+    groups: dict[str, list[str]] = {}
+    for n in g.node:
+        attrs = sorted(a.SerializeToString(deterministic=True).hex() for a in n.attribute)
+        meta = sorted((p.key, p.value) for p in n.metadata_props if p.key != FUSION_KEY)
+        h = _h(n.op_type, n.domain, attrs, meta, [value.get(i, _h("missing", i)) if i else "" for i in n.input])
+        node_hashes.append(h)
+        for k, o in enumerate(n.output):
+            if o:
+                value[o] = _h(h, k)
+        tag = next((p.value for p in n.metadata_props if p.key == FUSION_KEY), None)
+        if tag is not None:
+            groups.setdefault(tag, []).append(h)
+    outputs = [(o.name, value.get(o.name, "")) for o in g.output]
+    plan_meta = sorted((p.key, p.value) for p in model.metadata_props)
+    ordered = node_hashes if any(k == SCHEDULE_KEY for k, _ in plan_meta) else sorted(node_hashes)
+    fused = sorted(_h(*sorted(v)) for v in groups.values())
+    return _h(outputs, ordered, fused, plan_meta)[:16]
 
 
 @dataclass
@@ -21,8 +66,10 @@ class Candidate:
     latency_ms: float = 0.0
     peak_mem_bytes: int = 0
     accuracy_loss: float = 0.0
+    accuracy_exact: bool = True         # False: estimated from per-node sensitivity
     score: float = 0.0
     violation: str | None = None
+    binding: dict = field(default_factory=dict)   # {"device": n, "host": [{"kernel", "nodes", "reason"}]}
     key: str = field(default="")
 
     def __post_init__(self):
@@ -34,4 +81,5 @@ class Candidate:
 
     def summary(self) -> dict:
         return {"actions": [s.as_dict() for s in self.steps], "latency_ms": self.latency_ms,
-                "peak_mem_bytes": self.peak_mem_bytes, "accuracy_loss": self.accuracy_loss, "score": self.score}
+                "peak_mem_bytes": self.peak_mem_bytes, "accuracy_loss": self.accuracy_loss,
+                "accuracy_exact": self.accuracy_exact, "score": self.score, "binding": self.binding}

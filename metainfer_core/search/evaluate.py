@@ -1,38 +1,92 @@
-"""Scores candidates without running them on the target: latency from the learned cost model,
-peak memory from the liveness planner, accuracy loss from a CPU run of the candidate on the
-validation inputs (lossless candidates are exact and skip it)."""
+"""Scores candidates without running them on the target: latency from the learned cost model
+(plus, where the plan double-buffers host<->device transfers, the part of each transfer that
+hides behind the previous kernel), peak memory from the liveness planner under the plan's
+buffer-sharing policy, accuracy loss from per-node sensitivity measured once per model
+(search/sensitivity.py; lossless candidates are exact). Each candidate also gets its operator
+binding: which kernels the device runs and which fall back to the host, and why."""
 from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Callable
 
 import numpy as np
 
 from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.actions import ActionContext
 from metainfer_core.backends.base import TargetInfo
-from metainfer_core.kernels import group_kernels
-from metainfer_core.memory import peak_memory_bytes
+from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings, group_kernels
+from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.score import Weights, score, violation
-from metainfer_core.tensors import input_feeds_spec, tensor_infos
+from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
+from metainfer_core.tensors import tensor_infos
+
+
+def per_kernel_ms(cost_model: CostModel, kernels: list[Kernel]) -> np.ndarray:
+    """The predictor's latency per kernel (one batched call when the model offers it)."""
+    each = getattr(cost_model, "predict_kernels_ms", None)
+    if each is not None:
+        return np.asarray(each(kernels), dtype=float)
+    return np.array([cost_model.predict_ms([k]) for k in kernels], dtype=float)
 
 
 class Evaluator:
     def __init__(self, cost_model: CostModel, target: TargetInfo, weights: Weights, max_loss: float,
-                 feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str]):
+                 feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
+                 ctx: ActionContext | None = None, max_probes: int = MAX_PROBES, loss_fn: Callable = plan_loss):
+        self.loss_fn = loss_fn
         self.cost_model, self.target, self.weights, self.max_loss = cost_model, target, weights, max_loss
         self.feeds, self.reference, self.lossy = feeds, reference, lossy
+        self.ctx = ctx or ActionContext(target=target, calibration_feeds=feeds)
+        self.max_probes = max_probes
+        self.sensitivity: Sensitivity | None = None
         self.base_latency = 1.0
         self.base_mem = 1
+        self.timings: dict[str, float] = defaultdict(float)
+        self.modeled = target.measurement == "modeled"
 
     def measure(self, c: Candidate) -> Candidate:
-        infos = tensor_infos(c.model)
-        kernels = group_kernels(c.model, infos)
-        c.latency_ms = self.cost_model.predict_ms(kernels)
-        c.peak_mem_bytes = peak_memory_bytes(kernels, infos, list(input_feeds_spec(c.model)))
+        t0 = time.perf_counter()
+        m = c.model
+        infos = tensor_infos(m)
+        kernels = group_kernels(m, infos)
+        per = per_kernel_ms(self.cost_model, kernels)
+        # binding: a measured target runs everything itself; a modeled one binds per kernel
+        reasons = bind(kernels, self.target.supported_ops, self.target.dtypes) if self.modeled else [None] * len(kernels)
+        on_device = [r is None for r in reasons]
+        c.binding = {"device": on_device.count(True),
+                     "host": [{"kernel": k.op_type, "nodes": k.node_names[:4], "reason": r}
+                              for k, r in zip(kernels, reasons) if r is not None]}
+        double = self.modeled and any(p.key == DOUBLE_BUFFER_KEY and p.value == "1" for p in m.metadata_props)
+        latency = float(per.sum())
+        staging = 0
+        if double and self.target.extra.get("link_gbps"):
+            moved = crossings(kernels, infos, on_device)
+            link_ms = np.asarray(moved, dtype=float) / (float(self.target.extra["link_gbps"]) * 1e6)
+            latency -= float(np.minimum(link_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
+            staging = max(moved, default=0)
+        c.latency_ms = latency
+        inits = {i.name for i in m.graph.initializer}
+        plan = plan_memory(kernels, infos, [i.name for i in m.graph.input if i.name not in inits],
+                           model_strategy(m, self.target.extra.get("memory_strategy", DEFAULT_STRATEGY)),
+                           {o.name for o in m.graph.output},
+                           include_weights=not self.target.extra.get("weights_streamed", False), extra_bytes=staging)
+        c.peak_mem_bytes = plan.peak_bytes
+        self.timings["evaluate_s"] += time.perf_counter() - t0
         if any(s.kind in self.lossy for s in c.steps):
-            c.accuracy_loss = plan_loss(self.reference, run_cpu(c.model, self.feeds))
+            if self.sensitivity is None:
+                raise RuntimeError("set_baseline() first: sensitivities are measured on the default plan")
+            before = self.sensitivity.seconds
+            c.accuracy_loss = self.sensitivity.estimate(c.steps)
+            c.accuracy_exact = False
+            self.timings["sensitivity_s"] += self.sensitivity.seconds - before
         return c
 
     def set_baseline(self, default: Candidate) -> None:
+        self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
+                                       self.loss_fn)
         self.measure(default)
         self.base_latency, self.base_mem = default.latency_ms, default.peak_mem_bytes
         self.finish(default)
@@ -45,3 +99,13 @@ class Evaluator:
 
     def evaluate(self, c: Candidate) -> Candidate:
         return self.finish(self.measure(c))
+
+    def exact(self, c: Candidate) -> Candidate:
+        """Replace an estimated accuracy loss by the measured one (a CPU run) and re-score."""
+        if not c.accuracy_exact:
+            t0 = time.perf_counter()
+            c.accuracy_loss = self.loss_fn(self.reference, run_cpu(c.model, self.feeds))
+            c.accuracy_exact = True
+            self.finish(c)
+            self.timings["exact_s"] += time.perf_counter() - t0
+        return c

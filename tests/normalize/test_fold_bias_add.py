@@ -53,3 +53,15 @@ def test_batched_matmul_plus_bias_is_left_alone():
     after, changes = fold_bias_add.run(before)
     assert changes == 0
     assert op_types(after) == ["MatMul", "Add"]
+
+
+def test_grouped_conv_transpose_plus_channel_bias_becomes_its_bias():
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "W"], ["c"], kernel_shape=[2, 2], strides=[2, 2], group=2),
+        helper.make_node("Add", ["c", "bias"], ["y"]),
+    ]
+    inits = [const("W", weights([4, 3, 2, 2])), const("bias", weights([1, 6, 1, 1], 2))]  # 2 groups x 3 = 6 outputs
+    before = model(nodes, [value("x", [1, 4, 3, 3])], [value("y", None)], inits)
+    after, changes = fold_bias_add.run(before)
+    assert changes == 1
+    assert_rewrite(before, after, ["ConvTranspose"])

@@ -1,3 +1,4 @@
+import pytest
 from onnx import helper
 
 from metainfer_core.normalize.passes import fold_conv_bn
@@ -35,3 +36,23 @@ def test_conv_output_read_twice_is_left_alone():
     after, changes = fold_conv_bn.run(before)
     assert changes == 0
     assert op_types(after) == ["Conv", "BatchNormalization", "Add"]
+
+
+def _conv_transpose_bn(group: int, with_bias: bool):
+    """ConvTranspose (weights [C_in, M/group, k, k], here C_in 4, M 6) -> BatchNormalization."""
+    inputs = ["x", "W", "B"] if with_bias else ["x", "W"]
+    nodes = [
+        helper.make_node("ConvTranspose", inputs, ["c"], kernel_shape=[2, 2], strides=[2, 2], group=group),
+        helper.make_node("BatchNormalization", ["c", "bn_scale", "bn_shift", "bn_mean", "bn_var"], ["bn"]),
+        helper.make_node("Relu", ["bn"], ["y"]),
+    ]
+    inits = [const("W", weights([4, 6 // group, 2, 2])), const("B", weights([6], seed=2)), *bn_params("bn", 6)]
+    return model(nodes, [value("x", [1, 4, 3, 3])], [value("y", None)], inits)
+
+
+@pytest.mark.parametrize(("group", "with_bias"), [(1, True), (2, False)])
+def test_conv_transpose_bn_folds_per_output_channel(group, with_bias):
+    before = _conv_transpose_bn(group, with_bias)
+    after, changes = fold_conv_bn.run(before)
+    assert changes == 1
+    assert_rewrite(before, after, ["ConvTranspose", "Relu"])

@@ -2,7 +2,13 @@ import pytest
 from onnx import helper
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.shapes import bind_input_shapes, check_complete, infer_shapes, symbolic_inputs
+from metainfer_core.normalize.shapes import (
+    bind_input_shapes,
+    check_complete,
+    infer_shapes,
+    symbolic_inputs,
+    unbound_inputs,
+)
 
 from .graphs import growing_loop, model, value
 
@@ -60,3 +66,10 @@ def test_scan_and_loop_bodies_do_not_break_inference():
     inferred = infer_shapes(growing_loop())
     with pytest.raises(MetaInferError, match=r"Tensor 'y' \(output 0 of node \(unnamed, producing 'y'\) \(Loop\)\) has an unknown rank"):
         check_complete(inferred)
+
+
+def test_unbound_inputs_are_what_binding_leaves_dynamic():
+    two = model([helper.make_node("Add", ["x", "z"], ["y"])], [value("x", ["N", 3, "H"]), value("z", None)], [value("y", None)])
+    assert unbound_inputs(two, None) == {"x": ["N", 3, "H"], "z": None}  # None: rank unknown
+    assert unbound_inputs(two, {"x": [1, 3, 5]}) == {"z": None}
+    assert unbound_inputs(two, {"x": [1, 3, 5], "z": [1]}) == {}

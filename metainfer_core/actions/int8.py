@@ -1,0 +1,43 @@
+"""Float32 -> int8 substitution (lossy): the ops in scope are quantized in QDQ form (static,
+calibrated on the run's calibration inputs: random, or the user's .npz), the format ONNX
+Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels. The
+rewrite itself is metainfer_core.actions._qdq (linear in the graph size)."""
+from __future__ import annotations
+
+from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, quantize, range_table
+from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
+from metainfer_core.actions.fp16 import is_float32_model
+
+
+class Int8(Action):
+    name = "int8"
+    lossy = True
+    params = {
+        "scope": Param("compute", ("all", "compute"), "quantize every supported op, or only Conv/MatMul/Gemm"),
+        "activation_type": Param("QUInt8", ("QUInt8", "QInt8"), "activation type (U8S8 vs S8S8 differ in speed on x86)"),
+        "weight_type": Param("QInt8", ("QInt8", "QUInt8"), "weight type (int8 symmetric, or uint8 asymmetric)"),
+        "per_channel": Param(True, (True, False), "per-channel weight scales (needs opset >= 13)"),
+        "calibrate_method": Param("MinMax", ("MinMax", "Entropy", "Percentile"), "calibration method"),
+    }
+
+    def sites(self, model, params, target):
+        if not is_float32_model(model) or not any(n.op_type in COMPUTE_OPS for n in model.graph.node):
+            return []
+        ops = COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS
+        return [Site(tuple(n.name for n in model.graph.node if n.op_type in ops), params["scope"])]
+
+    def legal(self, model, site, params, target):
+        if "int8" not in target.dtypes:
+            return f"target {target.name} has no int8 datapath"
+        if "QDQ" not in target.quantization:
+            return f"target {target.name} does not take QDQ-quantized graphs"
+        if params["per_channel"] and opset_of(model) < 13:
+            return f"per-channel quantization needs opset >= 13 (graph has {opset_of(model)})"
+        return lowered(model)
+
+    def apply(self, model, site, params, ctx):
+        if not ctx.calibration_feeds:
+            raise ValueError("int8 needs calibration inputs")
+        table = range_table(ctx.cache, ctx.calibration_feeds, params["calibrate_method"])
+        return quantize(model, set(site.nodes), table, params["activation_type"], params["weight_type"],
+                        params["per_channel"])

@@ -1,0 +1,35 @@
+"""Runtime data from deployments: measured latencies of a deployed plan go back into the
+fingerprint library as whole-model runs (source `runtime`), which fine-tuning and the next
+re-profiling learn from. Verify writes its own measurements the same way, with the
+prediction beside them (the predictor's calibration signal)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from metainfer_core.backends.base import TargetInfo, Timing
+from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
+from metainfer_core.predictor.plan_graph import describe
+from metainfer_core.search.candidate import graph_hash
+
+
+def runtime_run(model: onnx.ModelProto, model_name: str, latencies_ms: list[float], label: str = "deployed",
+                peak_mem_bytes: int | None = None, predicted_ms: float | None = None,
+                predictor: str | None = None) -> PlanRun:
+    if not latencies_ms or min(latencies_ms) <= 0:
+        raise ValueError("latencies_ms needs at least one positive latency in milliseconds")
+    return PlanRun(model=model_name, plan_key=graph_hash(model), label=label, graph=describe(model),
+                   timing=Timing.from_samples(list(latencies_ms)), source="runtime", peak_mem_bytes=peak_mem_bytes,
+                   predicted_ms=predicted_ms, predictor=predictor)
+
+
+def record_runtime(library: FingerprintLibrary, info: TargetInfo, runs: list[PlanRun]) -> int:
+    """Append runtime observations under the target's current fingerprint version."""
+    return library.add_plan_runs(info, runs)
+
+
+def calibration_ratio(runs: list[dict]) -> float | None:
+    """Median measured/predicted latency over runtime runs that carry a prediction: 1 when the
+    predictor is calibrated; its drift away from 1 marks the predictor stale."""
+    ratios = [r["median_ms"] / r["predicted_ms"] for r in runs if r.get("predicted_ms")]
+    return float(np.median(ratios)) if ratios else None

@@ -1,0 +1,89 @@
+"""Plan-level terms of the model-level correction, from a plan's kernel graph (plan_graph)
+and the kernel model's predictions for it.
+
+Each term is in milliseconds of predicted kernel time (or a count) summed over a class of
+kernels, so that a linear fit learns an in-context factor per class: what a kernel costs
+inside the whole graph relative to standalone. Classes follow what makes whole-graph runs
+differ from the sum of micro-benchmarks: the per-run overhead each micro-benchmark pays
+(counts), element-wise epilogues a runtime fuses into the op before them, lone
+(de)quantize and Cast kernels, signed int8 activations, data movement, and on modeled
+targets the host/device link: a micro-benchmark stages a kernel's tensors one way, the
+graph moves only tensors that cross between host and device; the link time of each kind of
+edge (graph input -> device, device -> host, host -> device, host -> host, device -> device)
+is a term, and the fit learns what each costs in the graph beyond what the benchmarks paid."""
+from __future__ import annotations
+
+import numpy as np
+
+from metainfer_core.predictor.plan_graph import double_buffered
+from metainfer_core.predictor.target_join import QDQ, TargetSpec
+
+ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+ELEMENTWISE = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Add", "Mul", "Sub",
+               "Div", "BatchNormalization", "Erf", "Pow", "Sqrt", "Where", "Neg", "Exp"}
+MOVEMENT = {"Reshape", "Transpose", "Flatten", "Concat", "Squeeze", "Unsqueeze", "Gather", "Slice", "Split",
+            "Expand", "Shape", "Tile", "Pad", "Identity"}
+CLASSES = ("anchor", "epilogue", "elementwise", "qdq", "cast", "movement", "other")
+EDGES = ("input_dev", "input_host", "d2h", "h2d", "h2h", "d2d")
+TERMS = (["one", "sum"] + [f"ms_{c}" for c in CLASSES] + [f"n_{c}" for c in CLASSES]
+         + ["ms_int8_signed", "ms_fp16"] + [f"link_{e}_ms" for e in EDGES] + ["link_host_out_ms", "link_db_ms"])
+
+
+def kernel_class(k: dict, klass: list[str], i: int) -> str:
+    ops = [o for o in k["ops"] if o not in QDQ]
+    if not ops:
+        return "qdq"
+    primary = ops[0]
+    if primary in ANCHORS:
+        return "anchor"
+    if primary == "Cast":
+        return "cast"
+    if primary in ELEMENTWISE:
+        producers = [p for p, _ in k["inputs"] if p >= 0]
+        if producers and klass[producers[0]] in ("anchor", "epilogue"):
+            return "epilogue"
+        return "elementwise"
+    if primary in MOVEMENT:
+        return "movement"
+    return "other"
+
+
+def terms(graph: dict, pred_ms: np.ndarray, spec: TargetSpec) -> dict[str, float]:
+    kernels = graph["kernels"]
+    klass: list[str] = []
+    for i, k in enumerate(kernels):
+        klass.append(kernel_class(k, klass, i))
+    out = {t: 0.0 for t in TERMS}
+    out["one"] = 1.0
+    out["sum"] = float(np.sum(pred_ms))
+    for k, c, p in zip(kernels, klass, pred_ms):
+        out[f"ms_{c}"] += float(p)
+        out[f"n_{c}"] += 1.0
+        if k.get("act_signed"):
+            out["ms_int8_signed"] += float(p)
+        if k["features"]["dtype"] == "float16":
+            out["ms_fp16"] += float(p)
+    if spec.modeled and spec.link_gbps:
+        _link_terms(kernels, spec, out, double_buffered(graph))
+    return out
+
+
+def _link_terms(kernels: list[dict], spec: TargetSpec, out: dict, double_buffer: bool) -> None:
+    per_ms = 1.0 / (spec.link_gbps * 1e6)
+    dev = [not k.get("host") and spec.runs_on_device(k["ops"], k["features"]["dtype"]) for k in kernels]
+    crossing = 0.0
+    for i, k in enumerate(kernels):
+        for producer, nbytes in k["inputs"]:
+            src = "input" if producer < 0 else ("d" if dev[producer] else "h")
+            edge = f"input_{'dev' if dev[i] else 'host'}" if src == "input" else f"{src}2{'d' if dev[i] else 'h'}"
+            out[f"link_{edge}_ms"] += nbytes * per_ms
+            if edge in ("input_dev", "d2h", "h2d"):
+                crossing += nbytes * per_ms
+        if not dev[i]:
+            out["link_host_out_ms"] += k["bytes_out"] * per_ms
+    if double_buffer:        # transfers overlapping compute: some of the crossing time hides
+        out["link_db_ms"] = crossing
+
+
+def matrix(graphs: list[dict], preds: list[np.ndarray], spec: TargetSpec) -> np.ndarray:
+    return np.array([[terms(g, p, spec)[t] for t in TERMS] for g, p in zip(graphs, preds)])

@@ -1,0 +1,73 @@
+"""A plan as the predictor sees it: its kernels in execution order, each a descriptor (its
+feature dict from metainfer_core.features, the ops it holds, its layout, whether it is pinned
+to the host, whether its int8 activations are signed) plus where its inputs come from
+(producer kernel index, -1 for a graph input, and the bytes that flow); and the plan-wide
+directives (model metadata `metainfer.*`). JSON-serialisable, so a whole-model run can be
+stored in the library and learned from without the ONNX graph."""
+from __future__ import annotations
+
+import math
+
+import onnx
+
+from metainfer_core.features import kernel_features
+from metainfer_core.kernels import Kernel, group_kernels
+from metainfer_core.tensors import TensorInfo, tensor_infos
+
+META_PREFIX = "metainfer."
+BIND_KEY = "metainfer.bind"                   # "host": the action pinned the kernel to the host
+DOUBLE_BUFFER_KEY = "metainfer.double_buffer"  # "1": transfers overlap the previous kernel
+
+
+def describe_kernels(kernels: list[Kernel], infos: dict[str, TensorInfo] | None = None,
+                     model_meta: dict[str, str] | None = None) -> dict:
+    producer = {t: i for i, k in enumerate(kernels) for t in k.outputs}
+    rows = []
+    for k in kernels:
+        sizes = _input_bytes(k, infos)
+        rows.append({
+            "key": k.key(),
+            "features": kernel_features(k),
+            "ops": [n.op_type for n in k.nodes],
+            "layout": k.attrs.get("layout", "NCHW"),
+            "host": any(_meta(n, BIND_KEY) == "host" for n in k.nodes),
+            "inputs": [[producer.get(t, -1), b] for t, b in zip(k.inputs, sizes)],
+            "bytes_out": k.bytes_out,
+            "act_signed": _signed_activations(k, infos),
+        })
+    return {"kernels": rows, "meta": dict(model_meta or {})}
+
+
+def describe(model: onnx.ModelProto) -> dict:
+    infos = tensor_infos(model)
+    return describe_kernels(group_kernels(model, infos), infos, model_meta(model))
+
+
+def model_meta(model: onnx.ModelProto) -> dict[str, str]:
+    return {p.key: p.value for p in model.metadata_props if p.key.startswith(META_PREFIX)}
+
+
+def double_buffered(graph: dict) -> bool:
+    return graph.get("meta", {}).get(DOUBLE_BUFFER_KEY) == "1"
+
+
+def _meta(node: onnx.NodeProto, key: str) -> str | None:
+    return next((p.value for p in node.metadata_props if p.key == key), None)
+
+
+def _input_bytes(k: Kernel, infos: dict[str, TensorInfo] | None) -> list[int]:
+    if infos is not None:
+        return [infos[t].nbytes if t in infos else 0 for t in k.inputs]
+    # kernels alone (no tensor facts): split bytes_in by element count
+    counts = [math.prod(s) for s in k.in_shapes] if len(k.in_shapes) == len(k.inputs) else [1] * len(k.inputs)
+    total = sum(counts) or 1
+    return [int(k.bytes_in * c / total) for c in counts]
+
+
+def _signed_activations(k: Kernel, infos: dict[str, TensorInfo] | None) -> bool:
+    """int8 (not uint8) activations: runtimes pick different integer kernels for them, and
+    kernel keys do not tell the two apart."""
+    if infos is None:
+        return False
+    return any(n.op_type == "QuantizeLinear" and n.output[0] in infos and infos[n.output[0]].dtype.name == "int8"
+               for n in k.nodes)

@@ -1,0 +1,66 @@
+"""Candidate plans of a model: the graphs the search can produce from it. Every legal single
+action (each parameter choice of the action space, each site) and, up to `depth`, sequences
+of them, as the beam search would expand them. The predictor trains and is judged on these,
+so it has seen the kind of graph the search will ask about."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.backends.base import TargetInfo
+
+
+@dataclass
+class Plan:
+    model: onnx.ModelProto
+    steps: tuple[Step, ...] = ()
+
+    @property
+    def key(self) -> str:
+        # the search's graph_hash; not imported: metainfer_core.search imports the predictor
+        return hashlib.sha1(self.model.graph.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        if not self.steps:
+            return "default"
+        return " > ".join(s.kind + ("(" + ",".join(f"{k}={v}" for k, v in s.params) + ")" if s.params else "")
+                          for s in self.steps)
+
+
+def candidate_plans(model: onnx.ModelProto, space: dict[str, dict[str, Any]], target: TargetInfo,
+                    feeds: list[dict[str, np.ndarray]], depth: int = 2, max_plans: int = 40) -> list[Plan]:
+    """The default plan first, then distinct rewritten graphs, breadth first (one action, then
+    two...), at most `max_plans` in all. Rewrites that fail are skipped, as the search does."""
+    ctx = ActionContext(target=target, calibration_feeds=feeds)
+    plans = [Plan(model)]
+    seen = {plans[0].key}
+    frontier = [plans[0]]
+    for _ in range(depth):
+        nxt: list[Plan] = []
+        for state in frontier:
+            for name, domain in space.items():
+                action = ACTIONS[name]
+                for params in action.choices(domain):
+                    for site in action.sites(state.model, params, target):
+                        if action.legal(state.model, site, params, target) is not None:
+                            continue
+                        try:
+                            out = action.apply(state.model, site, params, ctx)
+                        except Exception:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
+                            continue
+                        plan = Plan(out, state.steps + (Step(name, site, tuple(sorted(params.items()))),))
+                        if plan.key in seen:
+                            continue
+                        seen.add(plan.key)
+                        nxt.append(plan)
+                        if len(plans) + len(nxt) >= max_plans:
+                            return plans + nxt
+        plans.extend(nxt)
+        frontier = nxt
+    return plans

@@ -1,0 +1,128 @@
+"""Leave-one-model-out validation: for each zoo model, a predictor trained without it (its
+kernel micro-benchmarks that no other model shares, and its whole-model runs, are left out)
+scores every candidate plan of it, against the plan's measured whole-model latency.
+
+Reported: MAPE of whole-model latency, the share of plans within +-10 %, and the mean over
+held-out models of Spearman's rank correlation between predicted and measured latency over
+that model's candidate plans (ranking is what the search needs). The same figures for the
+default plans alone are reported beside them."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from metainfer_core.predictor.cost_model import CostModel, kernel_rows
+from metainfer_core.predictor.kernel_model import LATENCY_PARAMS, KernelModel
+from metainfer_core.predictor.cost_model import fit_correction
+from metainfer_core.predictor import plan_features
+from metainfer_core.predictor.target_join import TargetSpec
+
+WITHIN = 0.10
+
+
+@dataclass
+class Scored:
+    model: str
+    label: str
+    measured_ms: float
+    predicted_ms: float
+    kernel_sum_ms: float
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_ms - self.measured_ms) / self.measured_ms
+
+
+@dataclass
+class LomoResult:
+    scored: list[Scored] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    per_model: dict = field(default_factory=dict)
+
+
+def provenance(plan_runs: list[dict]) -> dict[str, set[str]]:
+    """Model -> the library keys of micro-benchmarks cut from its plans (dataset.record_keys)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for r in plan_runs:
+        out[r["model"]].update(r["graph"].get("record_keys") or [])
+    return out
+
+
+def held_out_split(records: list[dict], plan_runs: list[dict], model: str,
+                   prov: dict[str, set[str]]) -> tuple[list[dict], list[dict], list[dict]]:
+    """(kernel records, training runs, held-out runs) with `model` left out."""
+    others = set().union(*[keys for m, keys in prov.items() if m != model])
+    exclusive = prov.get(model, set()) - others
+    train_records = [r for r in records if r["kernel_key"] not in exclusive]
+    return (train_records, [r for r in plan_runs if r["model"] != model],
+            [r for r in plan_runs if r["model"] == model])
+
+
+def score(cm_kernels: KernelModel, correction, runs: list[dict]) -> list[Scored]:
+    out = []
+    for r in runs:
+        pred = cm_kernels.predict_ms(r["graph"]["kernels"])
+        whole = float(correction.apply(plan_features.matrix([r["graph"]], [pred], cm_kernels.spec))[0])
+        out.append(Scored(r["model"], r["label"], r["median_ms"], whole, float(pred.sum())))
+    return out
+
+
+def metrics(scored: list[Scored]) -> tuple[dict, dict]:
+    """(overall figures, per-model figures)."""
+    by_model: dict[str, list[Scored]] = defaultdict(list)
+    for s in scored:
+        by_model[s.model].append(s)
+    per_model = {}
+    rhos = []
+    for m, ss in by_model.items():
+        errs = np.array([abs(s.error) for s in ss])
+        rho = _spearman([s.measured_ms for s in ss], [s.predicted_ms for s in ss])
+        if not math.isnan(rho):
+            rhos.append(rho)
+        default = next((s for s in ss if s.label == "default"), ss[0])
+        per_model[m] = {"plans": len(ss), "mape": float(errs.mean()), "within_10": float((errs <= WITHIN).mean()),
+                        "spearman": rho, "default_error": default.error}
+    errs = np.array([abs(s.error) for s in scored]) if scored else np.zeros(0)
+    defaults = np.array([abs(v["default_error"]) for v in per_model.values()])
+    overall = {
+        "models": len(per_model), "plans": len(scored),
+        "mape": float(errs.mean()) if len(errs) else float("nan"),
+        "within_10": float((errs <= WITHIN).mean()) if len(errs) else float("nan"),
+        "spearman_mean": float(np.mean(rhos)) if rhos else float("nan"),
+        "default_mape": float(defaults.mean()) if len(defaults) else float("nan"),
+        "default_within_10": float((defaults <= WITHIN).mean()) if len(defaults) else float("nan"),
+    }
+    return overall, per_model
+
+
+def _spearman(a: list[float], b: list[float]) -> float:
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
+
+
+def leave_one_model_out(records: list[dict], plan_runs: list[dict], spec: TargetSpec, params: dict | None = None,
+                        ridge: float = 1e-3, seed: int = 0) -> LomoResult:
+    params = dict(params or LATENCY_PARAMS, random_seed=seed)
+    prov = provenance(plan_runs)
+    scored: list[Scored] = []
+    for model in sorted({r["model"] for r in plan_runs}):
+        train_records, train_runs, test_runs = held_out_split(records, plan_runs, model, prov)
+        feats, ms, _ = kernel_rows(train_records)
+        km = KernelModel.fit(feats, ms, spec, params=params)
+        scored.extend(score(km, fit_correction(km, train_runs, ridge), test_runs))
+    overall, per_model = metrics(scored)
+    return LomoResult(scored, overall, per_model)
+
+
+def in_sample(cm: CostModel, plan_runs: list[dict]) -> list[Scored]:
+    """The deployed model on runs it may have learned from (for plots and drift baselines)."""
+    return score(cm.kernels, cm.correction, plan_runs)
+
+
+def as_rows(scored: list[Scored]) -> list[dict]:
+    return [asdict(s) | {"error": s.error} for s in scored]

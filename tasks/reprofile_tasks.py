@@ -1,0 +1,68 @@
+"""Re-profiling tasks: drift check and re-measurement, predictor refresh, re-verification of
+the target's active plans. Thin wrappers over metainfer_core; registry access via tasks.tracking."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import onnx
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from metainfer_core import stages
+from metainfer_core.accuracy import run_cpu
+from metainfer_core.decide import decide
+from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.reprofile import DriftReport, reprofile
+from metainfer_core.settings import validate_settings
+from metainfer_core.tensors import random_feeds
+from metainfer_core.verify import verify
+from tasks.adapt_tasks import _progress
+from tasks.tracking import active_plans, download_plan, restore_default
+
+
+@task(name="drift_check", cache_policy=NO_CACHE)
+def drift_task(raw: dict) -> DriftReport:
+    s = validate_settings(raw)
+    report = reprofile(stages.make_backend(s), FingerprintLibrary(s.tracking.fingerprint_db), s.reprofile.threshold,
+                       s.profile.reps, s.profile.warmup)
+    _progress(f"reprofile: {report.old_version} -> {report.new_version}; drifted {report.drifted or 'nothing'}; "
+              f"{report.remeasured} re-measured, {report.carried} carried over in {report.seconds:.1f}s")
+    return report
+
+
+@task(name="refresh_predictor", cache_policy=NO_CACHE)
+def refresh_predictor_task(raw: dict, report: DriftReport) -> dict | None:
+    """A new fingerprint version gets its own predictor, trained on its (partly new) records."""
+    if not report.version_changed:
+        return None
+    cost_model, trained = stages.train_stage(validate_settings(raw), report.new_version, _progress)
+    return {"version": report.new_version, "trained": trained, "n_records": cost_model.meta.n_records}
+
+
+@task(name="reverify_active_plans", cache_policy=NO_CACHE)
+def reverify_task(raw: dict) -> list[dict]:
+    """Verify each active adapted plan against its default path on the target as it is now;
+    a plan that no longer beats the default beyond noise is rolled back to the default."""
+    s = validate_settings(raw)
+    backend = stages.make_backend(s)
+    results = []
+    for version in active_plans(s):
+        entry = {"registered_model": version.name, "version": str(version.version)}
+        if version.tags.get("decision") != "adapted":
+            results.append(entry | {"decision": "kept", "reason": "the active plan is the default path"})
+            continue
+        with tempfile.TemporaryDirectory(prefix="metainfer-reverify-") as tmp:
+            active_path, default_path = download_plan(s, version, Path(tmp))
+            active, default = onnx.load(str(active_path)), onnx.load(str(default_path))
+        feeds = [random_feeds(default, seed=s.seed + i) for i in range(s.verify.samples)]
+        base, cand = verify(backend, [("default", default), ("active", active)], feeds, run_cpu(default, feeds),
+                            s.verify.runs, s.verify.warmup)
+        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes)
+        if d.decision == "adapted":
+            results.append(entry | {"decision": "kept", "reason": d.reason})
+        else:
+            new_version = restore_default(s, version, d.reason)
+            results.append(entry | {"decision": "rolled_back", "reason": d.reason, "now_active": new_version})
+        _progress(f"reprofile: {version.name} v{version.version}: {results[-1]['decision']} ({d.reason})")
+    return results

@@ -1,0 +1,100 @@
+"""Low-precision substitution: fp16, bf16 (emulated) and int8 (QDQ). Lossy: each test reports
+the accuracy effect (1 - cosine similarity to the fp32 outputs) and bounds it."""
+from __future__ import annotations
+
+import time
+
+import onnx
+import pytest
+
+from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.kernels import PRECISION_KEY, group_kernels, node_meta
+from metainfer_core.normalize import normalize
+from metainfer_core.tensors import random_feeds
+from metainfer_core.zoo import build
+
+from action_checks import apply, loss, ops
+from backends.test_simulator import backend
+
+INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
+        "calibrate_method": "MinMax"}
+
+
+def test_fp16_converts_and_stays_close():
+    m = build("mobilenet_v2_tiny")
+    out, feeds = apply("fp16", m, {"scope": "all"})
+    assert any(i.data_type == onnx.TensorProto.FLOAT16 for i in out.graph.initializer)
+    assert ops(out)["Cast"] >= 2
+    assert loss(m, out, feeds) < 1e-5
+
+
+def test_bf16_is_emulated_with_marked_casts_and_forms_bf16_kernels():
+    m = normalize(build("resnet_tiny"), None).model
+    out, feeds = apply("bf16", m, {"scope": "all"})
+    casts = [n for n in out.graph.node if n.op_type == "Cast"]
+    assert casts and all(node_meta(n, PRECISION_KEY) == "bfloat16" for n in casts)
+    assert any(i.data_type == onnx.TensorProto.BFLOAT16 for i in out.graph.initializer)
+    kinds = {(k.op_type, k.dtype) for k in group_kernels(out)}
+    assert ("Conv", "bfloat16") in kinds and len(group_kernels(out)) <= len(group_kernels(m)) + 2
+    effect = loss(m, out, feeds)
+    assert 1e-7 < effect < 1e-3          # 8 mantissa bits: coarser than fp16, far finer than int8
+
+
+def test_bf16_only_where_the_device_computes_it():
+    m = build("mlp")
+    for target in ("npu", "fpga", "asic"):
+        info = backend(target).info
+        site = ACTIONS["bf16"].sites(m, {"scope": "all"}, info)[0]
+        assert "bfloat16 datapath" in ACTIONS["bf16"].legal(m, site, {"scope": "all"}, info)
+
+
+@pytest.mark.parametrize("params", [INT8, dict(INT8, scope="all", activation_type="QInt8"),
+                                    dict(INT8, per_channel=False, weight_type="QUInt8", calibrate_method="Percentile"),
+                                    dict(INT8, calibrate_method="Entropy")])
+def test_int8_quantizes_in_qdq_and_stays_close(params):
+    m = normalize(build("resnet_tiny"), None).model
+    out, feeds = apply("int8", m, params, target="npu")
+    assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= set(ops(out))
+    assert ("Conv", "int8") in {(k.op_type, k.dtype) for k in group_kernels(out)}
+    assert loss(m, out, feeds) < 0.01
+
+
+def test_int8_scope_all_folds_relu_into_the_conv_output_range():
+    m = normalize(build("resnet_tiny"), None).model
+    out, feeds = apply("int8", m, dict(INT8, scope="all"), target="npu")
+    assert ops(out)["Relu"] < ops(m)["Relu"]
+    # every quantized reader has its own DequantizeLinear: only int8 tensors live between kernels
+    ks = group_kernels(out)
+    assert sum(k.dtype == "int8" for k in ks) > 0.9 * len(ks)
+
+
+def test_int8_rewrite_is_linear_in_graph_size():
+    import sys
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "bench"))
+    from search_scaling import residual_cnn
+
+    m = normalize(residual_cnn(600), {"input": [1, 16, 16, 16]}).model
+    feeds = [random_feeds(m, seed=0)]
+    ctx = ActionContext(target=backend("npu").info, calibration_feeds=feeds)
+    site = ACTIONS["int8"].sites(m, INT8, ctx.target)[0]
+    ACTIONS["int8"].apply(m, site, INT8, ctx)                    # calibrates once for the run
+    t0 = time.perf_counter()
+    ACTIONS["int8"].apply(m, site, dict(INT8, activation_type="QInt8"), ctx)
+    assert time.perf_counter() - t0 < 2.0                        # ONNX Runtime's quantize_static: ~6 s here
+
+
+def test_lossy_actions_do_not_stack():
+    m = build("mlp")
+    half, _ = apply("fp16", m, {"scope": "all"})
+    assert not ACTIONS["int8"].sites(half, INT8, backend("npu").info)
+    q, _ = apply("int8", m, INT8, target="npu")
+    assert not ACTIONS["fp16"].sites(q, {"scope": "all"}, backend("gpu").info)
+    assert not ACTIONS["bf16"].sites(q, {"scope": "all"}, backend("gpu").info)
+
+
+def test_datapath_legality():
+    m = build("mlp")
+    site = ACTIONS["fp16"].sites(m, {"scope": "all"}, backend("asic").info)[0]
+    assert "float16" in ACTIONS["fp16"].legal(m, site, {"scope": "all"}, backend("asic").info)
+    site = ACTIONS["int8"].sites(m, INT8, backend("gpu").info)[0]
+    assert "QDQ" in ACTIONS["int8"].legal(m, site, INT8, backend("gpu").info)
