@@ -96,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 300, 1000])
     ap.add_argument("--beam", type=int, default=8)
     ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--verbose", action="store_true", help="also print where the apply time went")
     a = ap.parse_args(argv)
     print(f"beam search scaling on {a.target} (modeled), beam {a.beam}, depth {a.depth}, default action space")
     print(f"{'nodes':>6} {'search_s':>9} {'candidates':>10} {'dups':>5} {'levels':>6}  time split")
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                               ("expand_s", "apply_s", "hash_s", "evaluate_s", "sensitivity_s", "exact_s") if k in t)
             print(f"{r['nodes']:>6} {r['search_s']:>9.1f} {r['evaluated']:>10} {r['duplicates']:>5} {r['levels']:>6}  "
                   f"{split}{'  (time budget hit)' if r['budget_hit'] else ''}  best: {r['best']}", flush=True)
+            if a.verbose:
+                print(f"{'':>6} apply by action: {t.get('apply_by_action_s')}", flush=True)
     return 0
 
 

@@ -104,85 +104,113 @@ def is_format_node(node: onnx.NodeProto) -> bool:
     return node.op_type in QDQ_OPS or is_precision_cast(node)
 
 
-def _fusion_group(node: onnx.NodeProto) -> str | None:
-    return node_meta(node, FUSION_KEY)
-
-
-def _consumers(graph: onnx.GraphProto) -> dict[str, list[onnx.NodeProto]]:
-    cons: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in graph.node:
-        for i in n.input:
-            if i:
-                cons[i].append(n)
-    return cons
-
-
-class _Adjacency:
-    """Producer/consumer lookups that see through layout adapters."""
+class _Facts:
+    """What the grouping asks of each node, read from the protos once (repeated protobuf field
+    access dominates otherwise), with producer/consumer lookups that see through adapters."""
 
     def __init__(self, graph: onnx.GraphProto):
-        self.producer = {o: n for n in graph.node for o in n.output}
-        self.cons = _consumers(graph)
+        self.nodes = list(graph.node)
+        self.ins: dict[int, list[str]] = {}
+        self.outs: dict[int, list[str]] = {}
+        self.adapter: set[int] = set()
+        self.fmt: set[int] = set()
+        self.prec: set[int] = set()
+        self.tag: dict[int, str] = {}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.cons: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+        for n in self.nodes:
+            i = id(n)
+            ins, outs = list(n.input), list(n.output)
+            self.ins[i], self.outs[i] = ins, outs
+            op = n.op_type
+            if len(n.metadata_props):
+                meta = {p.key: p.value for p in n.metadata_props}
+                if op == "Transpose" and meta.get(LAYOUT_KEY) == ADAPTER:
+                    self.adapter.add(i)
+                if op == "Cast" and PRECISION_KEY in meta:
+                    self.prec.add(i)
+                if FUSION_KEY in meta:
+                    self.tag[i] = meta[FUSION_KEY]
+            if op in QDQ_OPS or i in self.prec:
+                self.fmt.add(i)
+            for o in outs:
+                self.producer[o] = n
+            for t in ins:
+                if t:
+                    self.cons[t].append(n)
 
     def up(self, tensor: str) -> tuple[onnx.NodeProto | None, list[onnx.NodeProto]]:
         """The producer of `tensor` behind exclusive adapters, and those adapters."""
         seen: list[onnx.NodeProto] = []
         p = self.producer.get(tensor)
-        while p is not None and is_adapter(p) and len(self.cons[p.output[0]]) == 1:
+        while p is not None and id(p) in self.adapter and len(self.cons[self.outs[id(p)][0]]) == 1:
             seen.append(p)
-            p = self.producer.get(p.input[0])
+            p = self.producer.get(self.ins[id(p)][0])
         return p, seen
 
     def down(self, tensor: str) -> tuple[list[onnx.NodeProto], list[onnx.NodeProto]]:
         """The consumers of `tensor` behind a sole adapter, and that adapter."""
         users = self.cons.get(tensor, [])
         seen: list[onnx.NodeProto] = []
-        while len(users) == 1 and is_adapter(users[0]):
+        while len(users) == 1 and id(users[0]) in self.adapter:
             seen.append(users[0])
-            users = self.cons.get(users[0].output[0], [])
+            users = self.cons.get(self.outs[id(users[0])][0], [])
         return users, seen
 
 
-def _clusters(graph: onnx.GraphProto, adj: _Adjacency) -> list[list[onnx.NodeProto]]:
+def _clusters(f: _Facts) -> list[list[onnx.NodeProto]]:
     """[DQ..., op, Q] clusters a QDQ-aware runtime fuses into one integer kernel, and
     [Cast(bf16->f32)..., op, Cast(f32->bf16)] clusters of emulated bfloat16."""
     groups = []
-    for n in graph.node:
-        if is_format_node(n) or is_adapter(n) or len(n.output) != 1:
+    for n in f.nodes:
+        i = id(n)
+        if i in f.fmt or i in f.adapter or len(f.outs[i]) != 1:
             continue
         ins, absorbed = [], []
-        for i in n.input:
-            p, through = adj.up(i) if i else (None, [])
-            if p is not None and (p.op_type == "DequantizeLinear" or (is_precision_cast(p))):
+        for t in f.ins[i]:
+            p, through = f.up(t) if t else (None, [])
+            if p is not None and (p.op_type == "DequantizeLinear" or id(p) in f.prec):
                 ins.append((p, through))
-        users, out_adapters = adj.down(n.output[0])
-        if not ins or len(users) != 1:
+        if not ins:
+            continue
+        users, out_adapters = f.down(f.outs[i][0])
+        if len(users) != 1:
             continue
         last = users[0]
         q = last.op_type == "QuantizeLinear" and all(p.op_type == "DequantizeLinear" for p, _ in ins)
-        bf = is_precision_cast(last) and all(is_precision_cast(p) for p, _ in ins)
+        bf = id(last) in f.prec and all(id(p) in f.prec for p, _ in ins)
         if not (q or bf):
             continue
         for p, through in ins:
             absorbed.extend(through)
-            if len(adj.cons[p.output[0]]) == 1:
+            if len(f.cons[f.outs[id(p)][0]]) == 1:
                 absorbed.append(p)
         groups.append(absorbed + [n] + out_adapters + [last])
     return groups
 
 
-def _dtype_of(nodes: list[onnx.NodeProto], infos: dict[str, TensorInfo]) -> str:
+_DTYPE_NAMES: dict = {}
+
+
+def _name(dtype) -> str:
+    if dtype not in _DTYPE_NAMES:
+        _DTYPE_NAMES[dtype] = str(dtype)
+    return _DTYPE_NAMES[dtype]
+
+
+def _dtype_of(nodes: list[onnx.NodeProto], infos: dict[str, TensorInfo], f: _Facts | None = None) -> str:
     # a quantized op, or a lone (de)quantize at a boundary: both run on the integer units
     if any(n.op_type == "QuantizeLinear" for n in nodes) or all(n.op_type in QDQ_OPS for n in nodes):
         return "int8"
-    if any(is_precision_cast(n) for n in nodes):
+    if any((id(n) in f.prec) if f is not None else is_precision_cast(n) for n in nodes):
         return "bfloat16"
     for n in nodes:
-        for i in n.input:
-            if i in infos and infos[i].dtype.kind == "f":
-                return str(infos[i].dtype)
+        for i in (f.ins[id(n)] if f is not None else n.input):
+            info = infos.get(i)
+            if info is not None and info.dtype.kind == "f":
+                return _name(info.dtype)
     first = nodes[0].input[0] if nodes[0].input else ""
-    dtype = str(infos[first].dtype) if first in infos else "float32"
+    dtype = _name(infos[first].dtype) if first in infos else "float32"
     return "int8" if dtype == "uint8" else dtype       # 8-bit data movement runs on the integer units
 
 
@@ -192,37 +220,39 @@ def _nbytes(info: TensorInfo) -> int:
 
 def make_kernel(nodes: list[onnx.NodeProto], graph: onnx.GraphProto, infos: dict[str, TensorInfo],
                 inits: set[str], consumers: dict[str, list[onnx.NodeProto]],
-                graph_outputs: set[str] | None = None) -> Kernel:
+                graph_outputs: set[str] | None = None, facts: _Facts | None = None) -> Kernel:
+    f = facts if facts is not None else _Facts(graph)
     names = {id(n) for n in nodes}
-    produced = {o for n in nodes for o in n.output}
+    produced = {o for n in nodes for o in f.outs[id(n)]}
     graph_outputs = graph_outputs if graph_outputs is not None else {o.name for o in graph.output}
     ext_in: list[str] = []
     weights: list[str] = []
     for n in nodes:
-        for i in n.input:
+        for i in f.ins[id(n)]:
             if not i or i in produced:
                 continue
             target = weights if i in inits else ext_in
             if i not in target:
                 target.append(i)
     outputs = [o for o in produced if o in graph_outputs or any(id(c) not in names for c in consumers.get(o, []))]
-    compute = [n for n in nodes if not is_format_node(n) and not is_adapter(n)] or \
-              [n for n in nodes if not is_format_node(n)] or nodes
+    compute = [n for n in nodes if id(n) not in f.fmt and id(n) not in f.adapter] or \
+              [n for n in nodes if id(n) not in f.fmt] or nodes
     op_type = "+".join(n.op_type for n in compute)
     attr = {}
     for n in compute:
-        attr.update({k: v for k, v in attrs(n).items() if k in _ATTR_FEATURES})
+        if len(n.attribute):
+            attr.update({k: v for k, v in attrs(n).items() if k in _ATTR_FEATURES})
         # kernel_shape is optional in ONNX (implied by the weight); exporters often omit it
         if n.op_type in ("Conv", "ConvTranspose") and "kernel_shape" not in attr and len(n.input) > 1:
             w = infos.get(n.input[1])
             if w is not None:
                 attr["kernel_shape"] = list(w.shape[2:])
-    adapters = [n for n in nodes if is_adapter(n)]
+    adapters = [n for n in nodes if id(n) in f.adapter]
     if adapters:
         attr["layout"] = next((node_meta(n, LAYOUT_KEY) for n in compute if node_meta(n, LAYOUT_KEY)), "NHWC")
     # shapes are logical: a tensor read or written through an adapter has the adapted op's shape
-    logical = {n.input[0]: n.output[0] for n in adapters if n.input[0] not in produced}
-    logical.update({n.output[0]: n.input[0] for n in adapters})
+    logical = {f.ins[id(n)][0]: f.outs[id(n)][0] for n in adapters if f.ins[id(n)][0] not in produced}
+    logical.update({f.outs[id(n)][0]: f.ins[id(n)][0] for n in adapters})
 
     def size(names_):
         return sum(_nbytes(infos[t]) for t in names_ if t in infos)
@@ -231,8 +261,8 @@ def make_kernel(nodes: list[onnx.NodeProto], graph: onnx.GraphProto, infos: dict
         return infos[logical.get(t, t)].shape if logical.get(t, t) in infos else infos[t].shape
 
     sorted_out = sorted(outputs)
-    return Kernel(nodes=nodes, op_type=op_type, dtype=_dtype_of(nodes, infos), inputs=ext_in, weights=weights, outputs=sorted_out,
-                  flops=sum(node_flops(n, infos) for n in compute),
+    return Kernel(nodes=nodes, op_type=op_type, dtype=_dtype_of(nodes, infos, f), inputs=ext_in, weights=weights,
+                  outputs=sorted_out, flops=sum(node_flops(n, infos) for n in compute),
                   bytes_in=size(ext_in), bytes_weights=size(weights), bytes_out=size(outputs),
                   in_shapes=[shape(t) for t in ext_in if t in infos],
                   out_shapes=[shape(t) for t in sorted_out if t in infos], attrs=attr)
@@ -243,7 +273,7 @@ def group_kernels(model: onnx.ModelProto, infos: dict[str, TensorInfo] | None = 
     graph = model.graph
     infos = infos if infos is not None else tensor_infos(model)
     inits = {i.name for i in graph.initializer}
-    adj = _Adjacency(graph)
+    f = _Facts(graph)
     owner: dict[int, int] = {}          # id(node) -> group index
     groups: list[list[onnx.NodeProto]] = []
 
@@ -252,26 +282,26 @@ def group_kernels(model: onnx.ModelProto, infos: dict[str, TensorInfo] | None = 
             owner[id(n)] = len(groups)
         groups.append(list(nodes))
 
-    for grp in _clusters(graph, adj):
+    for grp in _clusters(f):
         if not any(id(n) in owner for n in grp):
             add_group(grp)
     # a layout adapter joins the kernel of the node it adapts: an input adapter (to channels-first)
     # its consumer, an output adapter (back to channels-last) its producer
-    for n in graph.node:
-        if not is_adapter(n) or id(n) in owner:
+    for n in f.nodes:
+        if id(n) not in f.adapter or id(n) in owner:
             continue
-        users = adj.cons.get(n.output[0], [])
+        users = f.cons.get(f.outs[id(n)][0], [])
         to_first = list(attrs(n).get("perm", [])) == TO_NCHW
-        mate = (users[0] if len(users) == 1 else None) if to_first else adj.producer.get(n.input[0])
-        if mate is None or is_adapter(mate):
+        mate = (users[0] if len(users) == 1 else None) if to_first else f.producer.get(f.ins[id(n)][0])
+        if mate is None or id(mate) in f.adapter:
             continue
         if id(mate) not in owner:
             add_group([mate])
         owner[id(n)] = owner[id(mate)]
         groups[owner[id(n)]].append(n)
     fused: dict[str, int] = {}
-    for n in graph.node:                # fusion groups absorb the clusters inside them
-        tag = _fusion_group(n)
+    for n in f.nodes:                   # fusion groups absorb the clusters inside them
+        tag = f.tag.get(id(n))
         if tag is None:
             continue
         if tag not in fused:
@@ -288,17 +318,17 @@ def group_kernels(model: onnx.ModelProto, infos: dict[str, TensorInfo] | None = 
         elif src is None:
             owner[id(n)] = dest
             groups[dest].append(n)
-    order = {id(n): i for i, n in enumerate(graph.node)}
+    order = {id(n): i for i, n in enumerate(f.nodes)}
     graph_outputs = {o.name for o in graph.output}
     kernels, seen = [], set()
-    for n in graph.node:
+    for n in f.nodes:
         g = owner.get(id(n))
         if g is None:
-            kernels.append(make_kernel([n], graph, infos, inits, adj.cons, graph_outputs))
+            kernels.append(make_kernel([n], graph, infos, inits, f.cons, graph_outputs, f))
         elif g not in seen:
             seen.add(g)
             kernels.append(make_kernel(sorted(groups[g], key=lambda m: order[id(m)]), graph, infos, inits,
-                                       adj.cons, graph_outputs))
+                                       f.cons, graph_outputs, f))
     return kernels
 
 

@@ -27,7 +27,6 @@ from metainfer_core.fingerprint.profiler import ProfileReport, profile
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
 from metainfer_core.predictor import CostModel, load_or_train
 from metainfer_core.search import Candidate, Evaluator, SearchResult, Weights, beam_search
-from metainfer_core.search.beam import expansions as search_expansions
 from metainfer_core.settings import Settings
 from metainfer_core.tensors import input_feeds_spec, random_feeds
 from metainfer_core.verify import Verified, verify
@@ -197,6 +196,9 @@ class SearchOutcome:
 
 def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: CostModel,
                  progress: Progress = print) -> SearchOutcome:
+    from metainfer_core.accuracy import plan_loss
+    from metainfer_core.search.beam import expansions as search_expansions
+
     t0 = time.perf_counter()
     info = backend.info
     weights = Weights(s.weights.latency, s.weights.memory, s.weights.accuracy, s.weights.change_penalty)

@@ -56,7 +56,8 @@ def test_firmware_drift_rolls_back_a_plan_that_no_longer_pays(run_flow, tmp_path
     assert res.returncode == 0, res.stderr
     report = json.loads(Path(res.stdout.strip().splitlines()[-1].removeprefix("report: ").replace(".md", ".json")).read_text())
     assert report["drift"]["version_changed"]
-    assert set(report["drift"]["drifted"]) == {"QuantizeLinear", "DequantizeLinear"}
+    # every int8 kernel holds quantize/dequantize nodes, so int8 kernels of other ops slow down too
+    assert {"QuantizeLinear", "DequantizeLinear"} <= set(report["drift"]["drifted"])
     assert report["drift"]["remeasured"] > 0 and report["drift"]["carried"] > 0
     assert report["predictor"]["version"] == report["drift"]["new_version"]
     assert [p["decision"] for p in report["plans"]] == ["rolled_back"]

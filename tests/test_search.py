@@ -35,7 +35,7 @@ class FakeCostModel:
     def predict_kernels_ms(self, kernels):
         return np.array([0.01 + k.flops * 1e-9 for k in kernels])
 
-    def predict_ms(self, kernels):
+    def predict_ms(self, kernels, infos=None):
         return float(self.predict_kernels_ms(kernels).sum())
 
 
@@ -156,8 +156,8 @@ def test_sensitivity_estimate_tracks_the_exact_loss(models):
         exact = ev.exact(c).accuracy_loss
         if kind == "int8":      # quantization noise dominates: node losses add up
             assert exact / 3 <= estimate <= exact * 3, (estimate, exact)
-        else:                   # fp16 rounding is tiny and each tensor is counted by every node touching it:
-            assert exact <= estimate < 1e-4, (estimate, exact)      # pessimistic, harmless against a 0.01 bound
+        else:                   # fp16 rounding is ~1e-7: the right order of magnitude is all that matters
+            assert exact / 10 <= estimate <= exact * 10 and estimate < 1e-5, (estimate, exact)
     assert ev.sensitivity.probes <= 2 * ev.max_probes
 
 

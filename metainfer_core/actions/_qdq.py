@@ -16,14 +16,12 @@ saturating Q computes them); MaxPool/Reshape/Flatten share their input's scale."
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable
-
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import derived, opset_of, origins
+from metainfer_core.actions.base import derived, infos_of, opset_of, origins
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
 
@@ -175,7 +173,7 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
     """The graph with the named nodes (those of a quantizable type) in QDQ int8."""
     out = clone(model)
     g = out.graph
-    infos = tensor_infos(model)
+    infos = infos_of(model)
     inits = {i.name: i for i in g.initializer}
     graph_outputs = {o.name for o in g.output}
     wanted = set(node_names)
@@ -317,12 +315,4 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
     del g.initializer[:]
     g.initializer.extend(keep + new_inits)
     del g.value_info[:]
-    return onnx.shape_inference.infer_shapes(out)
-
-
-def quantizable(model: onnx.ModelProto, scope: str) -> list[str]:
-    ops = COMPUTE_OPS if scope == "compute" else ALL_OPS
-    return [n.name for n in model.graph.node if n.op_type in ops]
-
-
-ProbeFn = Callable[[onnx.ModelProto, tuple[str, ...]], onnx.ModelProto]
+    return out          # value_info dropped: shapes are inferred where they are needed

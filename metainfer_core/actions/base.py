@@ -80,6 +80,11 @@ class Action(ABC):
     def with_defaults(self, params: dict[str, Any] | None) -> dict[str, Any]:
         return {**{k: p.default for k, p in self.params.items()}, **(params or {})}
 
+    def keeps_graph(self, params: dict[str, Any]) -> bool:
+        """True when apply changes only plan-wide metadata, never a node (the search then
+        reuses the input's analysis for the output)."""
+        return False
+
     def choices(self, domain_override: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
         """Every parameter combination of the (possibly config-narrowed) search domain."""
         domain_override = domain_override or {}
@@ -165,7 +170,7 @@ def missing_ops(target: TargetInfo, *ops: str) -> list[str]:
 
 
 _ANALYSES: OrderedDict[tuple[int, str], tuple[onnx.ModelProto, Any]] = OrderedDict()
-_MAX_ANALYSES = 64
+_MAX_ANALYSES = 256
 
 
 def cached(model: onnx.ModelProto, key: str, compute: Callable[[onnx.ModelProto], Any]) -> Any:
@@ -183,3 +188,25 @@ def cached(model: onnx.ModelProto, key: str, compute: Callable[[onnx.ModelProto]
     while len(_ANALYSES) > _MAX_ANALYSES:
         _ANALYSES.popitem(last=False)
     return value
+
+
+def infos_of(model: onnx.ModelProto):
+    """tensor_infos(model), cached for this model object (see `cached`)."""
+    from metainfer_core.tensors import tensor_infos
+
+    return cached(model, "infos", tensor_infos)
+
+
+def kernels_of(model: onnx.ModelProto):
+    """group_kernels(model), cached for this model object (see `cached`)."""
+    from metainfer_core.kernels import group_kernels
+
+    return cached(model, "kernels", lambda m: group_kernels(m, infos_of(m)))
+
+
+def share_analysis(child: onnx.ModelProto, parent: onnx.ModelProto) -> None:
+    """Let `child`, whose graph is `parent`'s unchanged, reuse parent's cached analyses."""
+    for key in ("infos", "kernels"):
+        hit = _ANALYSES.get((id(parent), key))
+        if hit is not None and hit[0] is parent:
+            _ANALYSES[(id(child), key)] = (child, hit[1])

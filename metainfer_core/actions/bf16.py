@@ -15,11 +15,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, derived, lowered
+from metainfer_core.actions.base import Action, Param, derived, infos_of, lowered
 from metainfer_core.actions.fp16 import COMPUTE_OPS, lossy_sites
 from metainfer_core.kernels import PRECISION_KEY, set_node_meta
 from metainfer_core.normalize.graph_utils import clone
-from metainfer_core.tensors import tensor_infos
 
 _BF16 = "bfloat16"
 
@@ -33,7 +32,7 @@ def _cast(src: str, dst: str, to: int, name: str) -> onnx.NodeProto:
 def to_bf16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
     out = clone(model)
     g = out.graph
-    infos = tensor_infos(model)
+    infos = infos_of(model)
     inits = {i.name: i for i in g.initializer}
     graph_outputs = {o.name for o in g.output}
 
@@ -93,7 +92,7 @@ def to_bf16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
     del g.initializer[:]
     g.initializer.extend(keep + new_inits)
     del g.value_info[:]
-    return onnx.shape_inference.infer_shapes(out)
+    return out          # value_info dropped: shapes are inferred where they are needed
 
 
 def _bf16_bits(w: np.ndarray) -> bytes:

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import MERGED, Action, Param, Site, missing_ops, opset_of
+from metainfer_core.actions.base import MERGED, Action, Param, Site, cached, missing_ops, opset_of
 from metainfer_core.normalize.graph_utils import attr_value, clone
 
 _FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
@@ -197,9 +197,9 @@ class ConvMerge(Action):
 
     def sites(self, model, params, target):
         if params["pattern"] == "chain":
-            nodes = [n.name for pair in chain_pairs(model) for n in pair]
+            nodes = [n.name for pair in cached(model, "conv_merge.chain", chain_pairs) for n in pair]
         else:
-            nodes = [n.name for grp in sibling_groups(model) for n in grp]
+            nodes = [n.name for grp in cached(model, "conv_merge.siblings", sibling_groups) for n in grp]
         return [Site(tuple(nodes), "all")] if nodes else []
 
     def legal(self, model, site, params, target):
@@ -221,4 +221,4 @@ class ConvMerge(Action):
                     _merge_siblings(out, names)
         _prune_initializers(out)
         del out.graph.value_info[:]
-        return onnx.shape_inference.infer_shapes(out)
+        return out          # value_info dropped: shapes are inferred where they are needed

@@ -11,7 +11,7 @@ from collections import defaultdict
 
 import onnx
 
-from metainfer_core.actions.base import Action, Param, Site
+from metainfer_core.actions.base import Action, Param, Site, cached, kernels_of
 from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
 from metainfer_core.normalize.graph_utils import clone
 
@@ -21,8 +21,8 @@ EPILOGUES = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "Har
 
 
 def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None,
-            layers: bool = False) -> list[list[Kernel]]:
-    kernels = group_kernels(model)
+            layers: bool = False, kernels: list[Kernel] | None = None) -> list[list[Kernel]]:
+    kernels = kernels if kernels is not None else group_kernels(model)
     users: dict[str, list[int]] = defaultdict(list)
     for i, k in enumerate(kernels):
         for t in k.inputs:
@@ -70,7 +70,8 @@ class FuseChain(Action):
     def sites(self, model, params, target):
         depth = min(params["max_depth"], target.max_fusion_depth)
         supported = set(target.supported_ops) if target.supported_ops is not None else None
-        chains = _chains(model, depth, supported, params["span"] == "layers")
+        chains = cached(model, f"fuse_chain.{depth}.{params['span']}.{sorted(supported or [])}",
+                        lambda m: _chains(m, depth, supported, params["span"] == "layers", kernels_of(m)))
         return [Site(tuple(n.name for c in chains for k in c for n in k.nodes), "all")] if chains else []
 
     def legal(self, model, site, params, target):
@@ -87,9 +88,10 @@ class FuseChain(Action):
         in_site = set(site.nodes)
         by_name = {n.name: n for n in out.graph.node}
         supported = set(ctx.target.supported_ops) if ctx.target and ctx.target.supported_ops is not None else None
-        existing = {p.value for n in out.graph.node for p in n.metadata_props if p.key == FUSION_KEY}
+        existing = {p.value for n in model.graph.node for p in n.metadata_props if p.key == FUSION_KEY}
         serial = 0
-        for chain in _chains(out, params["max_depth"], supported, params["span"] == "layers"):
+        # the chains of the input graph (its kernels are cached), tagged by node name in the copy
+        for chain in _chains(model, params["max_depth"], supported, params["span"] == "layers", kernels_of(model)):
             # only the ops carry the tag: QDQ nodes and layout adapters follow their op into the group,
             # so fusing before or after int8 / layout gives the same graph
             names = [n.name for k in chain for n in k.nodes if not is_format_node(n) and not is_adapter(n)]

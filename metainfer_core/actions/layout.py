@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, derived
+from metainfer_core.actions.base import Action, Param, Site, cached, derived, infos_of
 from metainfer_core.kernels import ADAPTER, LAYOUT_KEY, TO_NCHW, TO_NHWC, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -33,10 +33,10 @@ BINARY = {"Add", "Mul", "Sub", "Div", "Max", "Min"}
 
 
 class _View:
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, infos=None):
         g = model.graph
         self.g = g
-        self.infos = tensor_infos(model)
+        self.infos = infos if infos is not None else tensor_infos(model)
         self.inits = {i.name: i for i in g.initializer}
         self.producer = {o: n for n in g.node for o in n.output}
         self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
@@ -79,9 +79,9 @@ class _View:
         return len(dims) <= 1 and (not dims or dims[0] == 1) or len(dims) in (3, 4)
 
 
-def regions(model: onnx.ModelProto) -> list[list[onnx.NodeProto]]:
+def regions(model: onnx.ModelProto, infos=None) -> list[list[onnx.NodeProto]]:
     """Maximal connected sets of convertible nodes holding at least one layout-sensitive op."""
-    v = _View(model)
+    v = _View(model, infos)
     ok = {id(n) for n in v.g.node if v.convertible(n)}
     seen: set[int] = set()
     out = []
@@ -114,7 +114,7 @@ def _transpose(src: str, dst: str, perm: list[int], name: str, adapter: bool) ->
 
 def to_nhwc(model: onnx.ModelProto, node_names: set[str]) -> onnx.ModelProto:
     out = clone(model)
-    v = _View(out)
+    v = _View(out, infos_of(model))      # the copy has the input's tensors
     g = out.graph
     before: dict[int, list[onnx.NodeProto]] = defaultdict(list)
     after: dict[int, list[onnx.NodeProto]] = defaultdict(list)
@@ -183,7 +183,7 @@ def to_nhwc(model: onnx.ModelProto, node_names: set[str]) -> onnx.ModelProto:
     del g.initializer[:]
     g.initializer.extend(keep)
     del g.value_info[:]
-    return onnx.shape_inference.infer_shapes(out)
+    return out          # value_info dropped: shapes are inferred where they are needed
 
 
 class Layout(Action):
@@ -191,7 +191,7 @@ class Layout(Action):
     params = {"layout": Param("NHWC", ("NHWC",), "the channels-last layout the device's kernels read natively")}
 
     def sites(self, model, params, target):
-        nodes = [n.name for r in regions(model) for n in r]
+        nodes = [n.name for r in cached(model, "layout.regions", lambda m: regions(m, infos_of(m))) for n in r]
         return [Site(tuple(nodes), "all")] if nodes else []
 
     def legal(self, model, site, params, target):

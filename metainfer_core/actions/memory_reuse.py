@@ -31,6 +31,9 @@ class MemoryReuse(Action):
             return f"target {target.name} plans its own memory (the measured runtime does not read the record)"
         return None
 
+    def keeps_graph(self, params):
+        return True
+
     def apply(self, model, site, params, ctx):
         out = clone(model)
         set_model_meta(out, STRATEGY_KEY, params["strategy"])

@@ -16,18 +16,18 @@ import heapq
 
 import onnx
 
-from metainfer_core.actions.base import Action, Param, Site, model_meta, set_model_meta
-from metainfer_core.kernels import BIND_KEY, DOUBLE_BUFFER_KEY, group_kernels, is_adapter, is_precision_cast, node_meta
+from metainfer_core.actions.base import Action, Param, Site, infos_of, kernels_of, model_meta, set_model_meta
+from metainfer_core.kernels import BIND_KEY, DOUBLE_BUFFER_KEY, is_adapter, is_precision_cast, node_meta
 from metainfer_core.normalize.graph_utils import clone, set_repeated
-from metainfer_core.tensors import tensor_infos
 
 SCHEDULE_KEY = "metainfer.schedule"
 
 
 def memory_order(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """Nodes kernel by kernel, each next kernel the ready one with the least net allocation."""
-    infos = tensor_infos(model)
-    kernels = group_kernels(model, infos)
+    """Nodes kernel by kernel, each next kernel the ready one with the least net allocation
+    (the nodes of `model`; its analysis is cached, so it must not be edited afterwards)."""
+    infos = infos_of(model)
+    kernels = kernels_of(model)
     producer = {t: i for i, k in enumerate(kernels) for t in k.outputs}
     deps = [{producer[t] for t in k.inputs if t in producer and producer[t] != i} for i, k in enumerate(kernels)]
     users: dict[int, list[int]] = {i: [] for i in range(len(kernels))}
@@ -110,12 +110,16 @@ class Schedule(Action):
             return f"target {target.name} schedules kernels and copies itself (ONNX Runtime's executor)"
         return None
 
+    def keeps_graph(self, params):
+        return params["order"] == "keep"
+
     def apply(self, model, site, params, ctx):
         out = clone(model)
         if params["order"] == "memory":
-            nodes = memory_order(out)
-            if [id(n) for n in nodes] != [id(n) for n in out.graph.node]:
-                set_repeated(out.graph.node, nodes)
+            order = [n.name for n in memory_order(model)]
+            if order != [n.name for n in model.graph.node]:
+                by_name = {n.name: n for n in out.graph.node}
+                set_repeated(out.graph.node, [by_name[name] for name in order])
                 set_model_meta(out, SCHEDULE_KEY, "memory")
         if params["double_buffer"]:
             set_model_meta(out, DOUBLE_BUFFER_KEY, "1")

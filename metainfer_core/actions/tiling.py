@@ -16,13 +16,14 @@ per-tensor QDQ), each feeding only the next, two ops at least. Sites are the cha
 intermediates are largest (where the peak is)."""
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, cached, derived, missing_ops, opset_of
+from metainfer_core.actions.base import Action, Param, Site, cached, derived, infos_of, missing_ops, opset_of
 from metainfer_core.kernels import FUSION_KEY, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -54,10 +55,11 @@ def _window(n: onnx.NodeProto, infos) -> tuple[int, int, int, int, int] | None:
 
 
 class _Chains:
-    def __init__(self, model: onnx.ModelProto, axis: str):
+    def __init__(self, model: onnx.ModelProto, axis: str, infos=None):
         g = model.graph
         self.g, self.axis = g, axis
-        self.infos = tensor_infos(model)
+        self.infos = infos if infos is not None else tensor_infos(model)
+        self._sizes: dict[str, int] = {}
         self.inits = {i.name: i for i in g.initializer}
         self.outputs = {o.name for o in g.output}
         self.producer = {o: n for n in g.node for o in n.output}
@@ -123,7 +125,10 @@ class _Chains:
         return self.consumers.get(p.output[0], []) == [n] and p.output[0] not in self.outputs
 
     def size(self, t: str) -> int:
-        return self.infos[t].nbytes if t in self.infos else 0
+        if t not in self._sizes:
+            info = self.infos.get(t)
+            self._sizes[t] = math.prod(info.shape) * info.dtype.itemsize if info is not None else 0
+        return self._sizes[t]
 
     def best_span(self, chain: list[onnx.NodeProto], tiles: int) -> tuple[int, int, int]:
         """The sub-chain [i, j] whose tiling cuts the chain's local peak the most, and by how
@@ -143,7 +148,7 @@ class _Chains:
 
 
 def _analysis(model: onnx.ModelProto, axis: str) -> tuple[_Chains, list[list[onnx.NodeProto]]]:
-    C = _Chains(model, axis)
+    C = _Chains(model, axis, infos_of(model))
     return C, C.chains()
 
 
@@ -167,7 +172,7 @@ def _rows_backwards(chain, infos, a: int, b: int, axis: str):
 
 def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -> onnx.ModelProto:
     out = clone(model)
-    C = _Chains(out, axis)
+    C = _Chains(out, axis, infos_of(model))      # the copy has the input's tensors
     chain = None
     for c in C.chains():
         names = [n.name for n in c]
@@ -230,7 +235,7 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
     del g.initializer[:]
     g.initializer.extend(keep)
     del g.value_info[:]
-    return onnx.shape_inference.infer_shapes(out)
+    return out          # value_info dropped: shapes are inferred where they are needed
 
 
 class Tiling(Action):
@@ -241,6 +246,9 @@ class Tiling(Action):
     }
 
     def sites(self, model, params, target):
+        return cached(model, f"tiling.sites.{params['axis']}.{params['tiles']}", lambda m: self._sites(m, params))
+
+    def _sites(self, model, params):
         C, chains = cached(model, f"tiling.{params['axis']}", lambda m: _analysis(m, params["axis"]))
         ax = 0 if params["axis"] == "batch" else 2
         spans = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import onnx
 from sqlalchemy import LargeBinary, String, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from metainfer_core.fingerprint.library import Base, FingerprintLibrary
@@ -21,10 +22,19 @@ def _ensure(lib: FingerprintLibrary) -> None:
 
 
 def save_kernels(lib: FingerprintLibrary, models: dict[str, onnx.ModelProto]) -> None:
+    """Store kernels not stored yet; a kernel another writer stored meanwhile is skipped."""
     _ensure(lib)
-    with Session(lib.engine) as s, s.begin():
+    with Session(lib.engine) as s:
         have = set(s.scalars(select(KernelModelRow.kernel_key).where(KernelModelRow.kernel_key.in_(list(models)))))
-        s.add_all(KernelModelRow(kernel_key=k, onnx=m.SerializeToString()) for k, m in models.items() if k not in have)
+        for k, m in models.items():
+            if k in have:
+                continue
+            try:
+                with s.begin_nested():
+                    s.add(KernelModelRow(kernel_key=k, onnx=m.SerializeToString()))
+            except IntegrityError:
+                pass
+        s.commit()
 
 
 def load_kernels(lib: FingerprintLibrary, keys: list[str]) -> dict[str, onnx.ModelProto]:

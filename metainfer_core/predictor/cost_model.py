@@ -36,6 +36,7 @@ class PredictorMeta:
     val_mape: float             # kernel level, on a held-out fifth of the records
     train_s: float
     n_plan_runs: int = 0        # whole-model runs the correction learned from
+    last_run_id: int = 0        # the newest library run learned from (fine-tunes take newer ones)
     revision: int = 0
     parent: int | None = None   # the revision this one was fine-tuned from
     kind: str = "trained"       # trained | fine_tuned
@@ -89,6 +90,7 @@ class CostModel:
         runs = [r for r in (plan_runs or []) if r.get("graph", {}).get("kernels")]
         correction = fit_correction(km, runs, ridge)
         meta = PredictorMeta(fingerprint_version, len(records), mape, time.perf_counter() - t0, len(plan_runs or []),
+                             last_run_id=max((r.get("id") or 0 for r in plan_runs or []), default=0),
                              target=spec.name, spec=spec.as_dict(), created_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
         return CostModel(km, correction, meta)
 
@@ -154,7 +156,7 @@ class CostModel:
 def fit_correction(km: KernelModel, runs: list[dict], ridge: float) -> Correction:
     if not runs:
         return Correction.identity()
-    preds = [km.predict_ms(r["graph"]["kernels"]) for r in runs]
+    preds = km.predict_many([r["graph"]["kernels"] for r in runs])
     X = plan_features.matrix([r["graph"] for r in runs], preds, km.spec)
     return Correction.fit(X, np.array([r["median_ms"] for r in runs]), [r["model"] for r in runs], ridge)
 

@@ -7,16 +7,15 @@ inside the whole graph relative to standalone. Classes follow what makes whole-g
 differ from the sum of micro-benchmarks: the per-run overhead each micro-benchmark pays
 (counts), element-wise epilogues a runtime fuses into the op before them, lone
 (de)quantize and Cast kernels, signed int8 activations, data movement, and on modeled
-targets the host/device link: a micro-benchmark stages a kernel's tensors one way, the
-graph moves only tensors that cross between host and device; the link time of each kind of
-edge (graph input -> device, device -> host, host -> device, host -> host, device -> device)
-is a term, and the fit learns what each costs in the graph beyond what the benchmarks paid."""
+targets the host/device link: what the graph moves between host and device, and what the
+micro-benchmarks of host-fallback kernels staged over the link (their fit coefficients say
+how much of each the whole-model runs actually pay)."""
 from __future__ import annotations
 
 import numpy as np
 
 from metainfer_core.predictor.plan_graph import double_buffered
-from metainfer_core.predictor.target_join import QDQ, TargetSpec
+from metainfer_core.predictor.target_join import QDQ, TargetSpec, kernel_ops, on_device
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 ELEMENTWISE = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Add", "Mul", "Sub",
@@ -24,15 +23,14 @@ ELEMENTWISE = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "H
 MOVEMENT = {"Reshape", "Transpose", "Flatten", "Concat", "Squeeze", "Unsqueeze", "Gather", "Slice", "Split",
             "Expand", "Shape", "Tile", "Pad", "Identity"}
 CLASSES = ("anchor", "epilogue", "elementwise", "qdq", "cast", "movement", "other")
-EDGES = ("input_dev", "input_host", "d2h", "h2d", "h2h", "d2d")
 TERMS = (["one", "sum"] + [f"ms_{c}" for c in CLASSES] + [f"n_{c}" for c in CLASSES]
-         + ["ms_int8_signed", "ms_fp16"] + [f"link_{e}_ms" for e in EDGES] + ["link_host_out_ms", "link_db_ms"])
+         + ["ms_int8_signed", "ms_fp16", "link_crossing_ms", "link_host_staging_ms", "link_db_ms"])
 
 
 def kernel_class(k: dict, klass: list[str], i: int) -> str:
-    ops = [o for o in k["ops"] if o not in QDQ]
+    ops = [o for o in kernel_ops(k) if o not in QDQ]
     if not ops:
-        return "qdq"
+        return "qdq" if k["features"]["op_type"] in QDQ else "movement"
     primary = ops[0]
     if primary in ANCHORS:
         return "anchor"
@@ -69,20 +67,19 @@ def terms(graph: dict, pred_ms: np.ndarray, spec: TargetSpec) -> dict[str, float
 
 
 def _link_terms(kernels: list[dict], spec: TargetSpec, out: dict, double_buffer: bool) -> None:
+    """In the graph, a tensor moves when producer and consumer sit on different sides (graph
+    inputs start on the host); a kernel benchmarked alone on the host fallback path staged
+    all its inputs and outputs over the link."""
     per_ms = 1.0 / (spec.link_gbps * 1e6)
-    dev = [not k.get("host") and spec.runs_on_device(k["ops"], k["features"]["dtype"]) for k in kernels]
-    crossing = 0.0
+    dev = [on_device(k, spec) for k in kernels]
     for i, k in enumerate(kernels):
         for producer, nbytes in k["inputs"]:
-            src = "input" if producer < 0 else ("d" if dev[producer] else "h")
-            edge = f"input_{'dev' if dev[i] else 'host'}" if src == "input" else f"{src}2{'d' if dev[i] else 'h'}"
-            out[f"link_{edge}_ms"] += nbytes * per_ms
-            if edge in ("input_dev", "d2h", "h2d"):
-                crossing += nbytes * per_ms
+            if dev[i] != (dev[producer] if producer >= 0 else False):
+                out["link_crossing_ms"] += nbytes * per_ms
         if not dev[i]:
-            out["link_host_out_ms"] += k["bytes_out"] * per_ms
+            out["link_host_staging_ms"] += (sum(b for _, b in k["inputs"]) + k["bytes_out"]) * per_ms
     if double_buffer:        # transfers overlapping compute: some of the crossing time hides
-        out["link_db_ms"] = crossing
+        out["link_db_ms"] = out["link_crossing_ms"]
 
 
 def matrix(graphs: list[dict], preds: list[np.ndarray], spec: TargetSpec) -> np.ndarray:

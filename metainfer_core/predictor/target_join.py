@@ -1,6 +1,6 @@
 """The predictor's input row: a kernel's features (metainfer_core.features) joined with the
-target's spec features. A kernel comes as a descriptor {"features": {...}, "ops": [op types]
-or None, "layout": "NCHW" | "NHWC", "host": pinned to the host} (plan_graph, or a library
+target's spec features. A kernel comes as a descriptor {"features": {...}, "layout": "NCHW" |
+"NHWC" | "adapter", "host": pinned to the host} (plan_graph, or a library
 record through `record_descriptor`). The spec alone is constant within one target; what it says about
 this kernel varies: whether the device runs it at all (op set, precision datapath), the
 device's throughput for its precision, whether its working set fits on chip, and rough
@@ -67,7 +67,7 @@ class TargetSpec:
     def runs_on_device(self, ops: list[str], dtype: str) -> bool:
         if not self.modeled:
             return True
-        if self.supported_ops is not None and not set(ops) <= set(self.supported_ops):
+        if self.supported_ops is not None and not set(ops) - set(QDQ) <= set(self.supported_ops):
             return False
         return dtype in self.peak_gflops
 
@@ -76,10 +76,17 @@ def _log(x: float) -> float:
     return math.log10(1.0 + max(x, 0.0))
 
 
-def kernel_ops(features: dict) -> list[str]:
-    """The ONNX ops a kernel holds, as far as its features tell (QDQ ops of a quantized op
-    are implied by its int8 precision)."""
-    return features["op_type"].split("+")
+def kernel_ops(desc: dict) -> list[str]:
+    """The ops the device must offer to run a kernel, from what its features tell (so library
+    records and plans agree): its compute ops; none for a lone layout adapter, which the
+    device kernel next to it absorbs. QDQ ops of a quantized op are implied by int8."""
+    if desc.get("layout") == "adapter":
+        return []
+    return desc["features"]["op_type"].split("+")
+
+
+def on_device(desc: dict, t: TargetSpec) -> bool:
+    return not desc.get("host") and t.runs_on_device(kernel_ops(desc), desc["features"]["dtype"])
 
 
 def _unlog(x: float) -> float:
@@ -90,7 +97,7 @@ def record_descriptor(record: dict) -> dict:
     """A library record as a kernel descriptor (its layout from the signature's attributes)."""
     sig = record.get("signature") or {}
     attrs = sig.get("attrs") if isinstance(sig, dict) else None
-    return {"features": record["features"], "ops": None, "layout": (attrs or {}).get("layout", "NCHW"), "host": False}
+    return {"features": record["features"], "layout": (attrs or {}).get("layout", "NCHW"), "host": False}
 
 
 def join(desc: dict, t: TargetSpec) -> dict:
@@ -104,11 +111,10 @@ def join(desc: dict, t: TargetSpec) -> dict:
     if not t.modeled:
         row.update({f: nan for f in TARGET_NUMERIC})
         return row
-    ops = desc.get("ops") or kernel_ops(features)
     dtype = features["dtype"]
     flops = _unlog(features["log_flops"])
     moved = sum(_unlog(features[f]) for f in ("log_bytes_in", "log_bytes_weights", "log_bytes_out"))
-    on_device = not desc.get("host") and t.runs_on_device([o for o in ops if o not in QDQ] or ops, dtype)
+    device = on_device(desc, t)
     gflops = float(t.peak_gflops.get(dtype, 0.0))
     pad = 1.0
     if t.channel_align and parts[0] in ALIGNED and features.get("out_channels"):
@@ -117,7 +123,7 @@ def join(desc: dict, t: TargetSpec) -> dict:
     fits = t.sram_bytes is not None and moved <= t.sram_bytes
     bw = (t.sram_gbps if fits else t.dram_gbps) or nan
     row.update({
-        "on_device": float(on_device),
+        "on_device": float(device),
         "log_dtype_gflops": _log(gflops),
         "fits_sram": float(fits),
         "log_compute_us": _log(flops * pad / (gflops * 1e3)) if gflops else nan,

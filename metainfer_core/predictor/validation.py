@@ -63,12 +63,10 @@ def held_out_split(records: list[dict], plan_runs: list[dict], model: str,
 
 
 def score(cm_kernels: KernelModel, correction, runs: list[dict]) -> list[Scored]:
-    out = []
-    for r in runs:
-        pred = cm_kernels.predict_ms(r["graph"]["kernels"])
-        whole = float(correction.apply(plan_features.matrix([r["graph"]], [pred], cm_kernels.spec))[0])
-        out.append(Scored(r["model"], r["label"], r["median_ms"], whole, float(pred.sum())))
-    return out
+    preds = cm_kernels.predict_many([r["graph"]["kernels"] for r in runs])
+    whole = correction.apply(plan_features.matrix([r["graph"] for r in runs], preds, cm_kernels.spec)) if runs else []
+    return [Scored(r["model"], r["label"], r["median_ms"], float(w), float(p.sum()))
+            for r, p, w in zip(runs, preds, whole)]
 
 
 def metrics(scored: list[Scored]) -> tuple[dict, dict]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import onnx
 
 from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.actions.base import share_analysis
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
 
@@ -37,9 +38,15 @@ class SearchResult:
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
+    last = state.steps[-1] if state.steps else None
+    last_keeps = last is not None and ACTIONS[last.kind].keeps_graph(dict(last.params))
     for name, domain in space.items():
         action = ACTIONS[name]
         for params in action.choices(domain):
+            # plan-wide directives commute with graph rewrites: rewrites first, then directives in
+            # name order, so each combination is reached once
+            if last_keeps and (not action.keeps_graph(params) or name <= last.kind):
+                continue
             for site in action.sites(state.model, params, ctx.target):
                 reason = action.legal(state.model, site, params, ctx.target)
                 if reason:
@@ -53,6 +60,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                 progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
     t0 = time.perf_counter()
     clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
+    per_action: dict[str, float] = {}
     default = Candidate(default_model)
     evaluator.set_baseline(default)
     result = SearchResult(default=default, top=[])
@@ -78,7 +86,12 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                     result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     continue
                 finally:
-                    clock["apply_s"] += time.perf_counter() - t_apply
+                    spent = time.perf_counter() - t_apply
+                    clock["apply_s"] += spent
+                    per_action[action.name] = per_action.get(action.name, 0.0) + spent
+                same_graph = action.keeps_graph(action.with_defaults(params))
+                if same_graph:
+                    share_analysis(model, state.model)
                 t_hash = time.perf_counter()
                 cand = Candidate(model, state.steps + (Step(action.name, site, tuple(sorted(params.items()))),))
                 clock["hash_s"] += time.perf_counter() - t_hash
@@ -86,7 +99,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                     result.duplicates += 1
                     continue
                 seen.add(cand.key)
-                evaluator.evaluate(cand)
+                evaluator.evaluate(cand, parent=state if same_graph else None)
                 result.evaluated += 1
                 if cand.violation:
                     reason = cand.violation.split(":")[0]
@@ -113,6 +126,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     result.timings = {k: round(v, 4) for k, v in {**clock, **evaluator.timings, "total_s": result.search_s}.items()}
     if evaluator.sensitivity is not None:
         result.timings["sensitivity_probes"] = evaluator.sensitivity.probes
+    result.timings["apply_by_action_s"] = {k: round(v, 3) for k, v in sorted(per_action.items(), key=lambda kv: -kv[1])}
     return result
 
 

@@ -35,28 +35,33 @@ def graph_hash(model: onnx.ModelProto) -> str:
     hashes, so group labels do not matter) and the plan-wide metadata. The execution order
     counts only when a plan chose it (metadata `metainfer.schedule`)."""
     g = model.graph
-    inits = {i.name: _tensor_digest(i) for i in g.initializer}
-    value: dict[str, str] = {i.name: _h("in", i.name, i.type.SerializeToString(deterministic=True))
-                             for i in g.input if i.name not in inits}
-    value.update(inits)
+    value: dict[str, str] = {i.name: _tensor_digest(i) for i in g.initializer}
+    for i in g.input:
+        if i.name not in value:
+            value[i.name] = _h("in", i.name, i.type.SerializeToString(deterministic=True))
     node_hashes: list[str] = []
     groups: dict[str, list[str]] = {}
+    sha1 = hashlib.sha1
     for n in g.node:
-        attrs = sorted(a.SerializeToString(deterministic=True).hex() for a in n.attribute)
-        meta = sorted((p.key, p.value) for p in n.metadata_props if p.key != FUSION_KEY)
-        h = _h(n.op_type, n.domain, attrs, meta, [value.get(i, _h("missing", i)) if i else "" for i in n.input])
+        attrs = ",".join(sorted(a.SerializeToString(deterministic=True).hex() for a in n.attribute)) if len(n.attribute) else ""
+        tag, meta = None, ""
+        if len(n.metadata_props):
+            pairs = sorted((p.key, p.value) for p in n.metadata_props)
+            tag = next((v for k, v in pairs if k == FUSION_KEY), None)
+            meta = ";".join(f"{k}={v}" for k, v in pairs if k != FUSION_KEY)
+        reads = ",".join(value.get(i, "?" + i) if i else "" for i in n.input)
+        h = sha1(f"{n.op_type}|{n.domain}|{attrs}|{meta}|{reads}".encode()).hexdigest()
         node_hashes.append(h)
         for k, o in enumerate(n.output):
             if o:
-                value[o] = _h(h, k)
-        tag = next((p.value for p in n.metadata_props if p.key == FUSION_KEY), None)
+                value[o] = f"{h}.{k}"
         if tag is not None:
             groups.setdefault(tag, []).append(h)
     outputs = [(o.name, value.get(o.name, "")) for o in g.output]
     plan_meta = sorted((p.key, p.value) for p in model.metadata_props)
     ordered = node_hashes if any(k == SCHEDULE_KEY for k, _ in plan_meta) else sorted(node_hashes)
     fused = sorted(_h(*sorted(v)) for v in groups.values())
-    return _h(outputs, ordered, fused, plan_meta)[:16]
+    return _h(outputs, ",".join(ordered), fused, plan_meta)[:16]
 
 
 @dataclass
@@ -70,6 +75,7 @@ class Candidate:
     score: float = 0.0
     violation: str | None = None
     binding: dict = field(default_factory=dict)   # {"device": n, "host": [{"kernel", "nodes", "reason"}]}
+    graph_latency_ms: float = 0.0       # the predictor's figure before plan-wide corrections (double buffering)
     key: str = field(default="")
 
     def __post_init__(self):

@@ -1,5 +1,5 @@
 """Scores candidates without running them on the target: latency from the learned cost model
-(plus, where the plan double-buffers host<->device transfers, the part of each transfer that
+(its whole-graph prediction, CostModel.predict_ms; minus, where the plan double-buffers host<->device transfers, the part of each transfer that
 hides behind the previous kernel), peak memory from the liveness planner under the plan's
 buffer-sharing policy, accuracy loss from per-node sensitivity measured once per model
 (search/sensitivity.py; lossless candidates are exact). Each candidate also gets its operator
@@ -14,14 +14,14 @@ import numpy as np
 
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ActionContext
+from metainfer_core.actions.base import infos_of, kernels_of
 from metainfer_core.backends.base import TargetInfo
-from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings, group_kernels
+from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.score import Weights, score, violation
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
-from metainfer_core.tensors import tensor_infos
 
 
 def per_kernel_ms(cost_model: CostModel, kernels: list[Kernel]) -> np.ndarray:
@@ -30,6 +30,14 @@ def per_kernel_ms(cost_model: CostModel, kernels: list[Kernel]) -> np.ndarray:
     if each is not None:
         return np.asarray(each(kernels), dtype=float)
     return np.array([cost_model.predict_ms([k]) for k in kernels], dtype=float)
+
+
+def graph_ms(cost_model: CostModel, kernels: list[Kernel], infos) -> float:
+    """The predictor's whole-graph latency (given the tensor facts when it takes them)."""
+    try:
+        return float(cost_model.predict_ms(kernels, infos))
+    except TypeError:
+        return float(cost_model.predict_ms(kernels))
 
 
 class Evaluator:
@@ -47,12 +55,13 @@ class Evaluator:
         self.timings: dict[str, float] = defaultdict(float)
         self.modeled = target.measurement == "modeled"
 
-    def measure(self, c: Candidate) -> Candidate:
+    def measure(self, c: Candidate, parent: Candidate | None = None) -> Candidate:
+        """parent: a candidate with the very same graph (only plan-wide metadata differs), whose
+        latency prediction is then reused: the predictor sees kernels, and they are the same."""
         t0 = time.perf_counter()
         m = c.model
-        infos = tensor_infos(m)
-        kernels = group_kernels(m, infos)
-        per = per_kernel_ms(self.cost_model, kernels)
+        infos = infos_of(m)
+        kernels = kernels_of(m)
         # binding: a measured target runs everything itself; a modeled one binds per kernel
         reasons = bind(kernels, self.target.supported_ops, self.target.dtypes) if self.modeled else [None] * len(kernels)
         on_device = [r is None for r in reasons]
@@ -60,9 +69,12 @@ class Evaluator:
                      "host": [{"kernel": k.op_type, "nodes": k.node_names[:4], "reason": r}
                               for k, r in zip(kernels, reasons) if r is not None]}
         double = self.modeled and any(p.key == DOUBLE_BUFFER_KEY and p.value == "1" for p in m.metadata_props)
-        latency = float(per.sum())
+        latency = parent.graph_latency_ms if parent is not None else graph_ms(self.cost_model, kernels, infos)
+        c.graph_latency_ms = latency
         staging = 0
         if double and self.target.extra.get("link_gbps"):
+            # each transfer streams while the kernel before it runs: that much of it is hidden
+            per = per_kernel_ms(self.cost_model, kernels)
             moved = crossings(kernels, infos, on_device)
             link_ms = np.asarray(moved, dtype=float) / (float(self.target.extra["link_gbps"]) * 1e6)
             latency -= float(np.minimum(link_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
@@ -97,8 +109,8 @@ class Evaluator:
         c.violation = violation(c.peak_mem_bytes, self.target.memory_limit_bytes, c.accuracy_loss, self.max_loss)
         return c
 
-    def evaluate(self, c: Candidate) -> Candidate:
-        return self.finish(self.measure(c))
+    def evaluate(self, c: Candidate, parent: Candidate | None = None) -> Candidate:
+        return self.finish(self.measure(c, parent))
 
     def exact(self, c: Candidate) -> Candidate:
         """Replace an estimated accuracy loss by the measured one (a CPU run) and re-score."""

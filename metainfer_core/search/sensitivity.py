@@ -8,8 +8,9 @@ plan's loss is then the sum of the sensitivities of the nodes its lossy steps lo
 is sound to first order: 1 - cos(y, y + e) ~ |e_perp|^2 / (2 |y|^2), and the squared norms of
 independent rounding errors add. A probe rounds the node's inputs and output while the plan
 rounds each tensor once, however many lowered nodes touch it, so a node's share is weighted by
-how many lowered nodes share its tensors. Models with more quantizable nodes than `max_probes` are
-probed in that many contiguous blocks, each block's loss shared evenly by its nodes.
+how many lowered nodes share its tensors. Models with more quantizable nodes than the probe budget (`max_probes`,
+and fewer on large graphs: each probe runs the whole graph) are probed in that many contiguous
+blocks, each block's loss shared evenly by its nodes.
 
 The search ranks by these estimates; its best candidates get an exact check (a real run), and
 verify measures the chosen few on the target anyway."""
@@ -27,6 +28,8 @@ from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import origins
 
 MAX_PROBES = 48
+PROBE_NODE_BUDGET = 6000        # probes x graph nodes per variant: a probe runs the whole graph
+MIN_PROBES = 8
 
 
 class Sensitivity:
@@ -61,7 +64,8 @@ class Sensitivity:
         nodes = list(sites[0].nodes) if sites else []
         if not nodes:
             return {}
-        n_blocks = min(len(nodes), self.max_probes)
+        budget = max(MIN_PROBES, PROBE_NODE_BUDGET // max(len(self.model.graph.node), 1))
+        n_blocks = min(len(nodes), self.max_probes, budget)
         per_node: dict[str, float] = {}
         for block in np.array_split(np.array(nodes, dtype=object), n_blocks):
             block = tuple(str(b) for b in block)

@@ -1,0 +1,74 @@
+"""Calibration signal: every verification run is logged as a runtime record (predicted and
+measured whole-model latency, the plan's kernel graph, the predictor revision that scored
+it). When the median ratio measured / predicted over the recent runs drifts from the ratio
+the predictor had on its own training runs by more than the configured threshold, the
+predictor is marked stale (store.PredictorStore.mark_stale; the re-profiling job reads it)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from metainfer_core.backends.base import TargetInfo, Timing
+from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
+from metainfer_core.predictor.cost_model import CostModel
+from metainfer_core.predictor.plan_graph import describe
+from metainfer_core.predictor.plans import graph_key
+from metainfer_core.predictor.store import PredictorStore
+
+
+@dataclass
+class Drift:
+    runs: int                 # runtime runs in the window
+    ratio: float              # median measured / predicted over them
+    reference: float          # the same ratio on the predictor's training runs
+    drift: float              # |log(ratio / reference)|, in the units of log(1 + threshold)
+    threshold: float
+    stale: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def log_verification(library: FingerprintLibrary, info: TargetInfo, model_name: str, cost_model: CostModel,
+                     plans: list[tuple[str, onnx.ModelProto, Timing]]) -> list[dict]:
+    """Append one runtime record per verified plan (label, graph, measured timing) with what
+    the predictor said about it. Returns [{label, predicted_ms, measured_ms}]."""
+    runs, out = [], []
+    for label, model, timing in plans:
+        graph = describe(model)
+        predicted = cost_model.predict_graph_ms(graph)
+        runs.append(PlanRun(model_name, graph_key(model), label, graph, timing, source="runtime",
+                            predicted_ms=predicted, predictor=cost_model.meta.id))
+        out.append({"label": label, "predicted_ms": predicted, "measured_ms": timing.median_ms})
+    library.add_plan_runs(info, runs)
+    return out
+
+
+def drift(library: FingerprintLibrary, version: str, reference: float = 1.0, threshold: float = 0.25,
+          window: int = 20) -> Drift:
+    """The ratio over the last `window` runtime runs of `version` that carry a prediction."""
+    runs = [r for r in library.plan_runs(version, source="runtime") if r.get("predicted_ms")][-window:]
+    if not runs:
+        return Drift(0, float("nan"), reference, 0.0, threshold, False)
+    ratio = float(np.median([r["median_ms"] / r["predicted_ms"] for r in runs]))
+    d = abs(math.log(ratio / reference))
+    return Drift(len(runs), ratio, reference, d / math.log1p(threshold), threshold, d > math.log1p(threshold))
+
+
+def check(library: FingerprintLibrary, version: str, folder: Path, threshold: float, window: int,
+          min_runs: int = 3) -> Drift:
+    """Compute the drift for the current predictor in `folder`; mark it stale when past the
+    threshold (with at least `min_runs` runs, so one outlier does not)."""
+    store = PredictorStore(folder)
+    reference = 1.0
+    if store.current() is not None:
+        reference = CostModel.load(folder).meta.metrics.get("calibration_ratio") or 1.0
+    d = drift(library, version, reference, threshold, window)
+    if d.stale and d.runs >= min_runs and store.stale() is None:
+        store.mark_stale(f"measured/predicted latency ratio {d.ratio:.3f} drifted from {reference:.3f} past "
+                         f"the threshold {threshold:.0%} over the last {d.runs} verified runs", **d.as_dict())
+    return d
