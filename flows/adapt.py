@@ -22,6 +22,13 @@ from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
 
 
+def _timed(timings: dict[str, float], key: str, task, *args):
+    t = time.perf_counter()
+    out = task(*args)
+    timings[key] = time.perf_counter() - t
+    return out
+
+
 @flow(name="adapt", validate_parameters=False)
 def adapt_flow(raw: dict) -> str:
     s = validate_settings(raw)
@@ -30,23 +37,14 @@ def adapt_flow(raw: dict) -> str:
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
     run_id = start_run(s, raw, model_name, run_name)
     try:
-        timings = {"_t0": t0}
-        t = time.perf_counter()
-        prepared = normalize_task(raw)
-        timings["normalize_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        report = profile_task(raw, prepared)
-        timings["profile_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        cost_model, _ = train_predictor_task(raw, report.fingerprint_version)
-        timings["train_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        outcome = search_task(raw, prepared, cost_model)
-        timings["search_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        verified = verify_task(raw, prepared, outcome, cost_model)
-        timings["verify_s"] = time.perf_counter() - t
-        folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings)
+        timings: dict[str, float] = {}
+        prepared = _timed(timings, "normalize_s", normalize_task, raw)
+        report = _timed(timings, "profile_s", profile_task, raw, prepared)
+        cost_model, _ = _timed(timings, "train_s", train_predictor_task, raw, report.fingerprint_version)
+        outcome = _timed(timings, "search_s", search_task, raw, prepared, cost_model)
+        verified = _timed(timings, "verify_s", verify_task, raw, prepared, outcome, cost_model)
+        folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
+                                     t0)
         finish_run(s, run_id, plan, folder, model_name)
     except BaseException as exc:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}")

@@ -1,7 +1,8 @@
 """Peak-memory planner: tensor liveness over the execution order, and the buffer-sharing
 policy that lays the live tensors out in one arena.
 
-Weights stay resident (unless the device streams them from external memory). An activation
+Weights stay resident, unless the device streams them from external memory: then only the
+running kernel's weights occupy device memory (`streamed_weights`: the largest kernel's). An activation
 lives from the kernel that produces it until its last consumer has run (graph outputs until
 the end). Policies (a model may record its own in metadata `metainfer.memory_strategy`;
 otherwise the target's runtime default applies):
@@ -129,10 +130,13 @@ def _place_first_fit(bufs: list[Buffer]) -> int:
 
 def plan_memory(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_inputs: list[str],
                 strategy: str = DEFAULT_STRATEGY, graph_outputs: set[str] | None = None,
-                include_weights: bool = True, extra_bytes: int = 0) -> MemoryPlan:
+                include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False) -> MemoryPlan:
     if strategy not in STRATEGIES:
         raise ValueError(f"memory strategy {strategy!r} is not one of {STRATEGIES}")
-    weights = sum(_size(infos[w]) for w in {w for k in kernels for w in k.weights} if w in infos)
+    if streamed_weights:      # loaded kernel by kernel: the largest kernel's weights at a time
+        weights = max((sum(_size(infos[w]) for w in k.weights if w in infos) for k in kernels), default=0)
+    else:
+        weights = sum(_size(infos[w]) for w in {w for k in kernels for w in k.weights} if w in infos)
     bufs = buffers(kernels, infos, graph_inputs, graph_outputs)
     steps = max(len(kernels), 1)
     lower = live_peak(bufs, steps)
@@ -150,5 +154,6 @@ def plan_memory(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_input
 
 def peak_memory_bytes(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_inputs: list[str],
                       strategy: str = DEFAULT_STRATEGY, graph_outputs: set[str] | None = None,
-                      include_weights: bool = True, extra_bytes: int = 0) -> int:
-    return plan_memory(kernels, infos, graph_inputs, strategy, graph_outputs, include_weights, extra_bytes).peak_bytes
+                      include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False) -> int:
+    return plan_memory(kernels, infos, graph_inputs, strategy, graph_outputs, include_weights, extra_bytes,
+                       streamed_weights).peak_bytes

@@ -150,6 +150,27 @@ class FeedbackSettings(_Strict):
     model_path: str | None = None                               # the deployed ONNX; default: the active plan
 
 
+class PredictorSettings(_Strict):
+    name: str = "default"
+    mode: Literal["train", "fine_tune"] = "train"   # what flows/train.py does
+    zoo: list[str] | None = None                    # zoo models flows/train.py learns from (None: all)
+    plan_depth: int = Field(default=2, ge=0, le=4)
+    max_plans: int = Field(default=40, ge=1, le=500)
+    runs: int = Field(default=30, ge=3)
+    warmup: int = Field(default=3, ge=0)
+    iterations: int = Field(default=600, ge=10, le=20000)
+    learning_rate: float = Field(default=0.1, gt=0, le=1)
+    depth: int = Field(default=6, ge=1, le=12)
+    ridge: float = Field(default=1e-3, ge=0)
+    lomo: bool = True                                # leave-one-model-out validation when training on the zoo
+    fine_tune_iterations: int = Field(default=30, ge=1, le=5000)
+    fine_tune_learning_rate: float = Field(default=0.05, gt=0, le=1)
+    fine_tune_weight: float = Field(default=1.0, gt=0)
+    fine_tune_tolerance: float = Field(default=0.1, ge=0)           # relative rise of held-out MAPE allowed
+    drift_threshold: float = Field(default=0.25, gt=0)
+    drift_window: int = Field(default=20, ge=1)
+
+
 class PathSettings(_Strict):
     artifacts: str
 
@@ -168,6 +189,7 @@ class Settings(_Strict):
     paths: PathSettings
     reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
+    predictor: PredictorSettings = Field(default_factory=PredictorSettings)
     seed: int = 0
     debug: bool = False
 

@@ -176,11 +176,25 @@ def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: P
 
 
 def train_stage(s: Settings, fingerprint_version: str, progress: Progress = print) -> tuple[CostModel, bool]:
+    """The predictor of this fingerprint version: kernel records plus whole-model runs (zoo
+    runs from flows/train.py, runtime runs from verify and deployments). The current revision
+    is re-used while the library has not grown; first, recent verify runs are checked for
+    calibration drift (past predictor.drift_threshold the predictor is marked stale)."""
+    from metainfer_core.predictor import TargetSpec, calibration, kernel_params
+
     library = FingerprintLibrary(s.tracking.fingerprint_db)
-    records = library.records(fingerprint_version)
     folder = s.artifacts / "predictors" / fingerprint_version
-    cm, trained = load_or_train(records, fingerprint_version, folder, seed=s.seed)
-    progress(f"train: {'trained' if trained else 'reused'} CatBoost predictor on {cm.meta.n_records} records "
+    p = s.predictor
+    drift = calibration.check(library, fingerprint_version, folder, p.drift_threshold, p.drift_window)
+    if drift.stale:
+        progress(f"train: predictor calibration drifted (measured/predicted {drift.ratio:.3f} over {drift.runs} "
+                 f"verified runs, reference {drift.reference:.3f}): marked stale for re-profiling")
+    cm, trained = load_or_train(library.training_records(fingerprint_version), fingerprint_version, folder,
+                                seed=s.seed, spec=TargetSpec.from_spec(s.target.name, s.target.spec),
+                                plan_runs=library.plan_runs(fingerprint_version),
+                                params=kernel_params(p.iterations, p.learning_rate, p.depth), ridge=p.ridge)
+    progress(f"train: {'trained' if trained else 'reused'} CatBoost predictor r{cm.meta.revision} on "
+             f"{cm.meta.n_records} kernel records and {cm.meta.n_plan_runs} whole-model runs "
              f"(held-out kernel MAPE {cm.meta.val_mape:.1%})")
     return cm, trained
 
@@ -243,7 +257,8 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
              f"(apply {result.timings.get('apply_s', 0):.1f}s, evaluate {result.timings.get('evaluate_s', 0):.1f}s, "
              f"sensitivity {result.timings.get('sensitivity_s', 0):.1f}s)"
              + (f"; best: {' > '.join(st.kind for st in best.steps)}, {best.binding.get('device', 0)} kernels on the "
-                f"device, {len(best.binding.get('host', []))} on the host" if best else ""))
+                f"device, {len(best.binding.get('host', []))} on the host" if best else
+                f"; nothing within the hard bounds (pruned: {result.pruned})" if result.pruned else ""))
     return SearchOutcome(result, None, result.default, time.perf_counter() - t0,
                          {"search_timings": result.timings, "expected_search_s": expected_search_s,
                           "possible_saving_s": saving_s})

@@ -16,8 +16,9 @@ latency, unless the model records double buffering (metadata `metainfer.double_b
 a transfer overlaps the previous kernel and only the part longer than it shows, at the price
 of a second staging buffer. Peak memory is the liveness planner's, with the model's buffer
 sharing policy (metadata `metainfer.memory_strategy`) or the device runtime's default
-(`memory_strategy`); a device with `weights_streamed` reads weights from external memory, so
-only activations count against its memory limit.
+(`memory_strategy`); a device with `weights_streamed` keeps weights in external memory and
+loads them kernel by kernel, so its memory holds the activations and the largest kernel's
+weights.
 
 A seeded log-normal noise imitates run-to-run jitter. Numerics run on ONNX Runtime's CPU
 provider with the graph's own precision, so fp16/int8 plans show their real accuracy loss."""
@@ -138,7 +139,7 @@ class DeviceModel:
         strategy = model_strategy(model, self.spec.get("memory_strategy", DEFAULT_STRATEGY))
         extra = self.staging_bytes(kernels, infos) if double_buffered(model) else 0
         return plan_memory(kernels, infos, inputs, strategy, {o.name for o in model.graph.output},
-                           include_weights=not self.spec.get("weights_streamed", False), extra_bytes=extra)
+                           extra_bytes=extra, streamed_weights=bool(self.spec.get("weights_streamed", False)))
 
 
 class SimulatedModel(Compiled):

@@ -1,8 +1,8 @@
-"""Calibration signal: every verification run is logged as a runtime record (predicted and
-measured whole-model latency, the plan's kernel graph, the predictor revision that scored
-it). When the median ratio measured / predicted over the recent runs drifts from the ratio
-the predictor had on its own training runs by more than the configured threshold, the
-predictor is marked stale (store.PredictorStore.mark_stale; the re-profiling job reads it)."""
+"""Calibration signal: every verification run is stored as a runtime record with the
+predicted latency beside the measured one (stages.calibration_stage, metainfer_core.feedback).
+When the median ratio measured / predicted over the recent runs drifts from the ratio the
+predictor had on its own training runs by more than the configured threshold, the predictor is
+marked stale (store.PredictorStore.mark_stale; the re-profiling job reads and clears it)."""
 from __future__ import annotations
 
 import math
@@ -10,13 +10,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 
-from metainfer_core.backends.base import TargetInfo, Timing
-from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
+from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.predictor.cost_model import CostModel
-from metainfer_core.predictor.plan_graph import describe
-from metainfer_core.predictor.plans import graph_key
 from metainfer_core.predictor.store import PredictorStore
 
 
@@ -31,21 +27,6 @@ class Drift:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-def log_verification(library: FingerprintLibrary, info: TargetInfo, model_name: str, cost_model: CostModel,
-                     plans: list[tuple[str, onnx.ModelProto, Timing]]) -> list[dict]:
-    """Append one runtime record per verified plan (label, graph, measured timing) with what
-    the predictor said about it. Returns [{label, predicted_ms, measured_ms}]."""
-    runs, out = [], []
-    for label, model, timing in plans:
-        graph = describe(model)
-        predicted = cost_model.predict_graph_ms(graph)
-        runs.append(PlanRun(model_name, graph_key(model), label, graph, timing, source="runtime",
-                            predicted_ms=predicted, predictor=cost_model.meta.id))
-        out.append({"label": label, "predicted_ms": predicted, "measured_ms": timing.median_ms})
-    library.add_plan_runs(info, runs)
-    return out
 
 
 def drift(library: FingerprintLibrary, version: str, reference: float = 1.0, threshold: float = 0.25,

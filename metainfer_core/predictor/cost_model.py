@@ -89,9 +89,15 @@ class CostModel:
         km = KernelModel.fit(feats, ms, spec, peak, params=params)
         runs = [r for r in (plan_runs or []) if r.get("graph", {}).get("kernels")]
         correction = fit_correction(km, runs, ridge)
+        metrics = {}
+        if runs:   # the ratio drift checks compare against (calibration.check)
+            y = np.array([r["median_ms"] for r in runs])
+            metrics["calibration_ratio"] = float(np.median(y / predict_runs(km, correction, runs)))
+            metrics["correction_terms"] = correction.active
         meta = PredictorMeta(fingerprint_version, len(records), mape, time.perf_counter() - t0, len(plan_runs or []),
                              last_run_id=max((r.get("id") or 0 for r in plan_runs or []), default=0),
-                             target=spec.name, spec=spec.as_dict(), created_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                             target=spec.name, spec=spec.as_dict(), metrics=metrics,
+                             created_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
         return CostModel(km, correction, meta)
 
     # ---- prediction -------------------------------------------------------------------
@@ -151,6 +157,14 @@ class CostModel:
         spec = TargetSpec.from_dict(meta.spec) if meta.spec else TargetSpec()
         correction = Correction.from_dict(json.loads((path / "correction.json").read_text()))
         return CostModel(KernelModel.load(path, spec), correction, meta)
+
+
+def predict_runs(km: KernelModel, correction: Correction, runs: list[dict]) -> np.ndarray:
+    """Whole-model predictions for stored runs (one batched kernel prediction)."""
+    if not runs:
+        return np.zeros(0)
+    preds = km.predict_many([r["graph"]["kernels"] for r in runs])
+    return correction.apply(plan_features.matrix([r["graph"] for r in runs], preds, km.spec))
 
 
 def fit_correction(km: KernelModel, runs: list[dict], ridge: float) -> Correction:

@@ -11,12 +11,15 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from metainfer_core import zoo
 from metainfer_core.backends.base import Backend, Timing
 from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
 from metainfer_core.fingerprint.profiler import distinct_kernels, kernel_model, profile
 from metainfer_core.kernels import group_kernels
+from metainfer_core.normalize import normalize
 from metainfer_core.predictor.plan_graph import describe
 from metainfer_core.predictor.plans import Plan, candidate_plans
+from metainfer_core.tensors import random_feeds
 
 Progress = Callable[[str], None]
 
@@ -27,6 +30,16 @@ class ZooEntry:
     name: str
     model: onnx.ModelProto
     feeds: list[dict[str, np.ndarray]]
+
+
+def zoo_entries(shapes: dict[str, dict[str, list[int]]], seed: int = 0, samples: int = 4) -> list[ZooEntry]:
+    """The zoo models normalized with their deployment shapes (conf/model/<name>.yaml), with
+    seeded random inputs."""
+    out = []
+    for name, input_shapes in shapes.items():
+        model = normalize(zoo.build(name, seed=seed), input_shapes=input_shapes or None, seed=seed).model
+        out.append(ZooEntry(name, model, [random_feeds(model, seed=seed + i) for i in range(samples)]))
+    return out
 
 
 @dataclass
@@ -80,7 +93,7 @@ def record_keys(plans: list[onnx.ModelProto], batch_gradient: list[int]) -> list
 
 def build(backend: Backend, library: FingerprintLibrary, entries: list[ZooEntry], space: dict[str, dict[str, Any]],
           batch_gradient: list[int], reps: int, warmup: int, runs: int, plan_depth: int = 2, max_plans: int = 40,
-          progress: Progress | None = None) -> BuildReport:
+          progress: Progress | None = None, plan_warmup: int | None = None) -> BuildReport:
     info = backend.info
     version = library.register_version(info)
     report = BuildReport(version)
@@ -97,7 +110,7 @@ def build(backend: Backend, library: FingerprintLibrary, entries: list[ZooEntry]
         report.kernels_measured += prof.measured
         report.kernels_reused += prof.reused
         keys = record_keys(models, batch_gradient)
-        timings = measure_plans(backend, models, e.feeds[0], runs, warmup)
+        timings = measure_plans(backend, models, e.feeds[0], runs, warmup if plan_warmup is None else plan_warmup)
         stored = []
         for p, t in zip(plans, timings):
             if t is None:

@@ -25,6 +25,10 @@ LATENCY_PARAMS = dict(iterations=600, depth=6, learning_rate=0.1, loss_function=
 MEMORY_PARAMS = dict(LATENCY_PARAMS, iterations=200)
 
 
+def kernel_params(iterations: int, learning_rate: float, depth: int) -> dict:
+    return dict(LATENCY_PARAMS, iterations=iterations, learning_rate=learning_rate, depth=depth)
+
+
 def _group(df: pd.DataFrame) -> np.ndarray:
     return np.where(df["on_device"].fillna(1.0).to_numpy() > 0, "device", "host")
 

@@ -9,12 +9,13 @@ differ from the sum of micro-benchmarks: the per-run overhead each micro-benchma
 (de)quantize and Cast kernels, signed int8 activations, data movement, and on modeled
 targets the host/device link: what the graph moves between host and device, and what the
 micro-benchmarks of host-fallback kernels staged over the link (their fit coefficients say
-how much of each the whole-model runs actually pay)."""
+how much of each the whole-model runs actually pay). Transfers a plan double-buffers are
+predicted in full here: the search subtracts the part that hides behind compute
+(search/evaluate.py)."""
 from __future__ import annotations
 
 import numpy as np
 
-from metainfer_core.predictor.plan_graph import double_buffered
 from metainfer_core.predictor.target_join import QDQ, TargetSpec, kernel_ops, on_device
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
@@ -24,7 +25,7 @@ MOVEMENT = {"Reshape", "Transpose", "Flatten", "Concat", "Squeeze", "Unsqueeze",
             "Expand", "Shape", "Tile", "Pad", "Identity"}
 CLASSES = ("anchor", "epilogue", "elementwise", "qdq", "cast", "movement", "other")
 TERMS = (["one", "sum"] + [f"ms_{c}" for c in CLASSES] + [f"n_{c}" for c in CLASSES]
-         + ["ms_int8_signed", "ms_fp16", "link_crossing_ms", "link_host_staging_ms", "link_db_ms"])
+         + ["ms_int8_signed", "ms_fp16", "link_crossing_ms", "link_host_staging_ms"])
 
 
 def kernel_class(k: dict, klass: list[str], i: int) -> str:
@@ -62,11 +63,11 @@ def terms(graph: dict, pred_ms: np.ndarray, spec: TargetSpec) -> dict[str, float
         if k["features"]["dtype"] == "float16":
             out["ms_fp16"] += float(p)
     if spec.modeled and spec.link_gbps:
-        _link_terms(kernels, spec, out, double_buffered(graph))
+        _link_terms(kernels, spec, out)
     return out
 
 
-def _link_terms(kernels: list[dict], spec: TargetSpec, out: dict, double_buffer: bool) -> None:
+def _link_terms(kernels: list[dict], spec: TargetSpec, out: dict) -> None:
     """In the graph, a tensor moves when producer and consumer sit on different sides (graph
     inputs start on the host); a kernel benchmarked alone on the host fallback path staged
     all its inputs and outputs over the link."""
@@ -78,8 +79,19 @@ def _link_terms(kernels: list[dict], spec: TargetSpec, out: dict, double_buffer:
                 out["link_crossing_ms"] += nbytes * per_ms
         if not dev[i]:
             out["link_host_staging_ms"] += (sum(b for _, b in k["inputs"]) + k["bytes_out"]) * per_ms
-    if double_buffer:        # transfers overlapping compute: some of the crossing time hides
-        out["link_db_ms"] = out["link_crossing_ms"]
+
+
+def kernel_weights(graph: dict, theta: np.ndarray) -> np.ndarray:
+    """d(prediction)/d(kernel prediction) per kernel under coefficients `theta`: the terms
+    that sum kernel predictions (overall, per class, signed int8, fp16) are linear in them."""
+    coef = dict(zip(TERMS, theta))
+    klass: list[str] = []
+    w = []
+    for i, k in enumerate(graph["kernels"]):
+        klass.append(kernel_class(k, klass, i))
+        w.append(coef["sum"] + coef[f"ms_{klass[-1]}"] + (coef["ms_int8_signed"] if k.get("act_signed") else 0.0)
+                 + (coef["ms_fp16"] if k["features"]["dtype"] == "float16" else 0.0))
+    return np.array(w)
 
 
 def matrix(graphs: list[dict], preds: list[np.ndarray], spec: TargetSpec) -> np.ndarray:

@@ -15,6 +15,11 @@ from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.backends.base import TargetInfo
 
 
+def graph_key(model: onnx.ModelProto) -> str:
+    """The search's graph_hash (not imported: metainfer_core.search imports the predictor)."""
+    return hashlib.sha1(model.graph.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
 @dataclass
 class Plan:
     model: onnx.ModelProto
@@ -22,8 +27,7 @@ class Plan:
 
     @property
     def key(self) -> str:
-        # the search's graph_hash; not imported: metainfer_core.search imports the predictor
-        return hashlib.sha1(self.model.graph.SerializeToString(deterministic=True)).hexdigest()[:16]
+        return graph_key(self.model)
 
     @property
     def label(self) -> str:

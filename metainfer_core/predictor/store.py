@@ -1,6 +1,8 @@
 """Predictors on disk, per fingerprint version: numbered revisions (r1/, r2/ ...), a pointer
 to the current one, a stale flag, and a history of what happened (trained, fine-tune kept or
-refused, marked stale). A revision is never overwritten, so every one stays loadable."""
+refused, marked stale). A revision is never overwritten, so every one stays loadable. The
+stale flag outlives retraining on the same records (they are what may be out of date); the
+re-profiling job clears it."""
 from __future__ import annotations
 
 import json
@@ -42,7 +44,6 @@ class PredictorStore:
 
     def set_current(self, revision: int) -> None:
         self._write("current.json", {"revision": revision})
-        self.clear_stale()
 
     def log(self, event: str, **details) -> dict:
         entry = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "event": event, **details}

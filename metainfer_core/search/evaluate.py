@@ -84,7 +84,7 @@ class Evaluator:
         plan = plan_memory(kernels, infos, [i.name for i in m.graph.input if i.name not in inits],
                            model_strategy(m, self.target.extra.get("memory_strategy", DEFAULT_STRATEGY)),
                            {o.name for o in m.graph.output},
-                           include_weights=not self.target.extra.get("weights_streamed", False), extra_bytes=staging)
+                           extra_bytes=staging, streamed_weights=bool(self.target.extra.get("weights_streamed")))
         c.peak_mem_bytes = plan.peak_bytes
         self.timings["evaluate_s"] += time.perf_counter() - t0
         if any(s.kind in self.lossy for s in c.steps):

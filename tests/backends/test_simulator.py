@@ -110,8 +110,8 @@ def test_memory_is_the_liveness_estimate(name):
     dev = backend(name)
     peak = dev.compile(m).peak_memory({})
     weights = sum(int(np.prod(i.dims)) * 4 for i in m.graph.initializer)
-    if dev.spec.get("weights_streamed"):            # the npu reads weights from flash: its limit is the arena
-        assert 0 < peak < 4 * 1024 * 1024
+    if dev.spec.get("weights_streamed"):            # the npu loads weights kernel by kernel from flash
+        assert 0 < peak < weights
     else:
         assert weights < peak < weights + 4 * 1024 * 1024
 

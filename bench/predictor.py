@@ -1,0 +1,78 @@
+"""Leave-one-model-out validation of the performance predictor (issue 5), for `cpu`
+(measured) and each modeled target: builds each target's training set from the zoo (kernel
+micro-benchmarks and whole-model runs of every candidate plan) in a fresh library, then for
+each zoo model trains without it and scores its candidate plans. Prints, per target, MAPE of
+whole-model latency, the share of plans within +-10 %, mean Spearman over each model's
+candidate plans, the same for the default plans alone, kernel-level MAPE on the left-out
+micro-benchmarks, and the seconds spent; then per model.
+
+    python bench/predictor.py [targets...] [--artifacts DIR]     (default: all five, a temp folder)
+
+Goals: cpu >= 90 % within +-10 % and Spearman >= 0.9; modeled targets >= 95 % within +-10 %.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from metainfer_core import stages, zoo
+from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.predictor import TargetSpec, kernel_params
+from metainfer_core.predictor.dataset import build, zoo_entries
+from metainfer_core.predictor.validation import leave_one_model_out
+from tasks.compose import compose_raw, load_settings
+
+TARGETS = ["cpu", "gpu", "npu", "fpga", "asic"]
+
+
+def run_target(target: str, artifacts: Path) -> tuple[dict, dict, float, float]:
+    s, _ = load_settings([f"target={target}", f"paths.artifacts={artifacts}"])
+    shapes = {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in zoo.names()}
+    backend = stages.make_backend(s)
+    library = FingerprintLibrary(s.tracking.fingerprint_db)
+    p = s.predictor
+    t0 = time.perf_counter()
+    report = build(backend, library, zoo_entries(shapes, s.seed, s.verify.samples), stages._space(s),
+                   s.profile.batch_gradient, s.profile.reps, s.profile.warmup, p.runs, p.plan_depth, p.max_plans,
+                   lambda m: print(f"  [{target}] {m}", file=sys.stderr, flush=True), plan_warmup=p.warmup)
+    build_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    version = report.fingerprint_version
+    result = leave_one_model_out(library.training_records(version), library.plan_runs(version, source="zoo"),
+                                 TargetSpec.from_spec(target, s.target.spec),
+                                 kernel_params(p.iterations, p.learning_rate, p.depth), p.ridge, s.seed)
+    return result.metrics, result.per_model, build_s, time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> None:
+    artifacts = None
+    if "--artifacts" in argv:
+        i = argv.index("--artifacts")
+        artifacts = Path(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    targets = argv or TARGETS
+    rows, details = [], []
+    with tempfile.TemporaryDirectory(prefix="metainfer-bench-predictor-") as tmp:
+        for t in targets:
+            m, per_model, build_s, lomo_s = run_target(t, (artifacts or Path(tmp)) / t)
+            rows.append(f"| {t} | {m['models']} / {m['plans']} | {m['mape']:.1%} | {m['within_10']:.0%} "
+                        f"| {m['spearman_mean']:.3f} | {m['default_mape']:.1%} | {m['default_within_10']:.0%} "
+                        f"| {m['kernel_mape']:.1%} | {build_s:.0f} / {lomo_s:.0f} |")
+            print(rows[-1], file=sys.stderr, flush=True)
+            for name, d in per_model.items():
+                details.append(f"| {t} | {name} | {d['plans']} | {d['mape']:.1%} | {d['within_10']:.0%} "
+                               f"| {d['spearman']:.3f} | {d['default_error']:+.1%} |")
+    print("| target | models / plans | MAPE | within ±10 % | mean Spearman | default MAPE | default within ±10 % "
+          "| kernel MAPE | build / validate s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print()
+    print("| target | held-out model | plans | MAPE | within ±10 % | Spearman | default plan error |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(details))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
