@@ -180,13 +180,14 @@ def train_stage(s: Settings, fingerprint_version: str, progress: Progress = prin
     runs from flows/train.py, runtime runs from verify and deployments). The current revision
     is re-used while the library has not grown; first, recent verify runs are checked for
     calibration drift (past predictor.drift_threshold the predictor is marked stale)."""
-    from metainfer_core.predictor import TargetSpec, calibration, kernel_params
+    from metainfer_core.predictor import PredictorStore, TargetSpec, calibration, kernel_params
 
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     folder = s.artifacts / "predictors" / fingerprint_version
     p = s.predictor
+    was_stale = PredictorStore(folder).stale() is not None
     drift = calibration.check(library, fingerprint_version, folder, p.drift_threshold, p.drift_window)
-    if drift.stale:
+    if drift.stale and not was_stale:
         progress(f"train: predictor calibration drifted (measured/predicted {drift.ratio:.3f} over {drift.runs} "
                  f"verified runs, reference {drift.reference:.3f}): marked stale for re-profiling")
     cm, trained = load_or_train(library.training_records(fingerprint_version), fingerprint_version, folder,

@@ -89,8 +89,8 @@ class Correction:
                 if best > cv * (1 - MIN_GAIN):
                     break
                 active[j], cv = True, best
-        else:           # too few models to judge terms by: only the overall scale and overhead
-            active[[TERMS.index("one"), TERMS.index("sum")]] = True
+        else:           # too few models to judge terms by: only the overall scale
+            active[TERMS.index("sum")] = True
         theta = _solve(X, y, active, ridge)
         return Correction(theta, len(y), [t for t, a in zip(TERMS, active) if a], cv)
 

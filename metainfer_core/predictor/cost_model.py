@@ -33,7 +33,7 @@ MIN_RECORDS = 8
 class PredictorMeta:
     fingerprint_version: str
     n_records: int              # kernel records learned from
-    val_mape: float             # kernel level, on a held-out fifth of the records
+    val_mape: float             # kernel level: held-out fifth of the records, or the left-out models' kernels
     train_s: float
     n_plan_runs: int = 0        # whole-model runs the correction learned from
     last_run_id: int = 0        # the newest library run learned from (fine-tunes take newer ones)
@@ -43,7 +43,7 @@ class PredictorMeta:
     target: str = ""
     spec: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)   # e.g. leave-one-model-out figures
-    created_at: str = ""
+    created_at: str = ""        # UTC
 
     @property
     def id(self) -> str:
@@ -97,7 +97,7 @@ class CostModel:
         meta = PredictorMeta(fingerprint_version, len(records), mape, time.perf_counter() - t0, len(plan_runs or []),
                              last_run_id=max((r.get("id") or 0 for r in plan_runs or []), default=0),
                              target=spec.name, spec=spec.as_dict(), metrics=metrics,
-                             created_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                             created_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
         return CostModel(km, correction, meta)
 
     # ---- prediction -------------------------------------------------------------------
@@ -191,10 +191,6 @@ def load_or_train(records: list[dict], fingerprint_version: str, folder: Path, s
     store.set_current(rev)
     store.log("trained", revision=rev, n_records=cm.meta.n_records, n_plan_runs=cm.meta.n_plan_runs)
     return cm, True
-
-
-def nan_to_none(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
 def _json_default(x):

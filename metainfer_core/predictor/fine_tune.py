@@ -94,7 +94,8 @@ def fine_tune(folder: Path, runtime_runs: list[dict], held_out_runs: list[dict],
     meta = PredictorMeta(**{**cm.meta.__dict__, "parent": current, "kind": "fine_tuned",
                             "n_plan_runs": cm.meta.n_plan_runs + len(runtime_runs),
                             "last_run_id": max([cm.meta.last_run_id] + [r.get("id") or 0 for r in runtime_runs]),
-                            "train_s": time.perf_counter() - t0, "created_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            "train_s": time.perf_counter() - t0,
+                            "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
                             "metrics": dict(cm.meta.metrics)})
     tuned = CostModel(kernels, correction, meta)
     before, after = mape(cm, held_out_runs), mape(tuned, held_out_runs)

@@ -1,11 +1,11 @@
 """The predictor's input row: a kernel's features (metainfer_core.features) joined with the
 target's spec features. A kernel comes as a descriptor {"features": {...}, "layout": "NCHW" |
-"NHWC" | "adapter", "host": pinned to the host} (plan_graph, or a library
-record through `record_descriptor`). The spec alone is constant within one target; what it says about
-this kernel varies: whether the device runs it at all (op set, precision datapath), the
-device's throughput for its precision, whether its working set fits on chip, and rough
-compute / memory / link times from those figures (roofline-style hints; the model still
-learns the real cost). Measured targets (cpu) give no such figures: those columns are NaN."""
+"NHWC" | "adapter", "host": pinned to the host} (plan_graph, or a library record through
+`record_descriptor`). The spec alone is constant within one target; what it says about this
+kernel varies: whether the device runs it at all (op set, precision datapath), the device's
+throughput for its precision, whether its working set fits on chip, and rough compute /
+memory / link times from those figures (roofline-style hints; the model still learns the real
+cost). Measured targets (cpu) give no such figures: those columns are NaN."""
 from __future__ import annotations
 
 import math
@@ -23,6 +23,8 @@ TARGET_NUMERIC = ["on_device", "log_dtype_gflops", "fits_sram", "log_compute_us"
                   "log_host_us", "align_pad", "launch_us"]
 CAT_FEATURES = CATEGORICAL + EXTRA_CATEGORICAL
 ALL_FEATURES = CAT_FEATURES + NUMERIC + TARGET_NUMERIC
+_FIGURES = ("sram_bytes", "sram_gbps", "dram_gbps", "link_gbps", "host_gflops", "host_gbps", "launch_overhead_us",
+            "channel_align")
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,7 @@ class TargetSpec:
         ops = spec.get("supported_ops")
         return TargetSpec(name=name, supported_ops=tuple(ops) if ops is not None else None,
                           peak_gflops=dict(spec["peak_gflops"]) if spec.get("peak_gflops") else None,
-                          **{k: spec.get(k) for k in ("sram_bytes", "sram_gbps", "dram_gbps", "link_gbps", "host_gflops",
-                                                      "host_gbps", "launch_overhead_us", "channel_align")})
+                          **{k: spec.get(k) for k in _FIGURES})
 
     def as_dict(self) -> dict:
         d = dict(self.__dict__)

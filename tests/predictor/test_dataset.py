@@ -23,8 +23,9 @@ def test_every_model_has_its_default_and_rewritten_plans(npu_set):
 
 def test_a_second_build_reuses_what_the_library_holds(npu_set):
     shapes = {"mlp": compose_raw(["model=mlp"])["model"]["input_shapes"]}
-    again = build(npu_set.backend, npu_set.library, zoo_entries(shapes, 0, 2), compose_raw([])["action_space"]["actions"],
-                  [1, 2], reps=3, warmup=0, runs=5, plan_depth=1, max_plans=10)
+    space = compose_raw([])["action_space"]["actions"]
+    again = build(npu_set.backend, npu_set.library, zoo_entries(shapes, 0, 2), space, [1, 2], reps=3, warmup=0, runs=5,
+                  plan_depth=1, max_plans=10)
     assert again.plans_measured == 0 and again.plans_reused > 0 and again.kernels_measured == 0
 
 

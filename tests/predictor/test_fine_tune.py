@@ -64,7 +64,8 @@ def test_a_fine_tune_that_hurts_held_out_runs_is_refused_and_logged(npu_set, wit
     event = store.history()[-1]
     assert event["event"] == "fine_tune_refused" and "held-out MAPE" in event["reason"]
     graph = seen_runs[0]["graph"]       # both revisions load and differ
-    assert CostModel.load(folder, 2).predict_graph_ms(graph) != pytest.approx(CostModel.load(folder, 1).predict_graph_ms(graph))
+    kept, refused = CostModel.load(folder, 1), CostModel.load(folder, 2)
+    assert refused.predict_graph_ms(graph) != pytest.approx(kept.predict_graph_ms(graph))
 
 
 def test_fine_tune_needs_a_current_predictor_and_records(tmp_path, npu_set):
