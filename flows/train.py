@@ -56,7 +56,7 @@ def train_flow(raw: dict, shapes: dict) -> str:
     if s.predictor.mode == "fine_tune":
         result = fine_tune_task(raw, version)
         store = PredictorStore(predictor_folder(s, version))
-        metrics = _flat("", {k: v for k, v in result.__dict__.items() if k != "details"})
+        metrics = _flat("", result.__dict__)
         record_report(s, "predictor", stem, raw, metrics,
                       tags | {"decision": "kept" if result.accepted else "refused", "reason": result.reason[:5000],
                               "revision": str(result.current)},

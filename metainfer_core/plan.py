@@ -93,7 +93,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "baseline": metrics_of(baseline) | {"predicted_latency_ms": outcome.default.latency_ms},
         "candidates": [
             {"label": v.label, "actions": [st.as_dict() for st in c.steps], "predicted_latency_ms": c.latency_ms,
-             "predicted_score": c.score, "measured": metrics_of(v.as_dict()), "error": v.error}
+             "predicted_score": c.score, "measured": metrics_of(v.as_dict()), "error": v.error,
+             "binding": c.binding}
             for c, v in zip(verified.plans, verified.candidates)] if verified else [],
         "accuracy_repairs": verified.repairs if verified else [],
         "warnings": ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
@@ -102,8 +103,9 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "profile": {"measured": profile_report.measured, "reused": profile_report.reused,
                     "skipped": profile_report.skipped[:20]},
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,
-                    "pruned": outcome.result.pruned, "illegal": outcome.result.illegal,
-                    "failed": outcome.result.failed, "stopped_by_budget": outcome.result.stopped_by_budget}
+                    "duplicates": outcome.result.duplicates, "pruned": outcome.result.pruned,
+                    "illegal": outcome.result.illegal, "failed": outcome.result.failed,
+                    "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings}
                    if outcome.result else None),
         "timings": timings,
         "artifact": str(artifact),

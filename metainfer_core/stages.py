@@ -194,7 +194,7 @@ def train_stage(s: Settings, fingerprint_version: str, progress: Progress = prin
                                 seed=s.seed, spec=TargetSpec.from_spec(s.target.name, s.target.spec),
                                 plan_runs=library.plan_runs(fingerprint_version),
                                 params=kernel_params(p.iterations, p.learning_rate, p.depth), ridge=p.ridge)
-    progress(f"train: {'trained' if trained else 'reused'} CatBoost predictor r{cm.meta.revision} on "
+    progress(f"train: {cm.meta.kind if trained else 'reused'} CatBoost predictor r{cm.meta.revision} on "
              f"{cm.meta.n_records} kernel records and {cm.meta.n_plan_runs} whole-model runs "
              f"(held-out kernel MAPE {cm.meta.val_mape:.1%})")
     return cm, trained
@@ -245,10 +245,11 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
         return SearchOutcome(None, reason, default, time.perf_counter() - t0,
                              {"expected_search_s": expected_search_s, "possible_saving_s": saving_s})
 
-    def tick(level: int, frontier: int, best: float) -> None:
-        progress(f"search: depth {level}/{s.search.depth}, beam {min(frontier, s.search.beam_width)}/"
-                 f"{s.search.beam_width}, {frontier} new candidates, best score {best:.4f} "
-                 f"(default {default.score:.4f}), {time.perf_counter() - t0:.1f}s")
+    def tick(level: int, frontier: int, best: float, beam: int) -> None:
+        progress(f"search: depth {level}/{s.search.depth}, beam {beam}/{s.search.beam_width}, {frontier} new "
+                 f"candidates within the bounds, best score {f'{best:.4f}' if best == best else 'none yet'} "
+                 f"(default {default.score:.4f}), "
+                 f"{time.perf_counter() - t0:.1f}s")
 
     result = beam_search(prepared.model, _space(s), evaluator, ctx, s.search.beam_width, s.search.depth,
                          s.search.top_k, s.search.time_budget_s, tick)
@@ -324,6 +325,11 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
     if outcome.skipped_reason:
         return Decision("skipped", outcome.skipped_reason, None), None
     if not verified.plans:
+        default, limit = outcome.default, backend.info.memory_limit_bytes
+        if outcome.result and outcome.result.pruned.get("memory") and default.peak_mem_bytes > limit:
+            return Decision("default", f"no plan fits the device memory limit: the default needs {default.peak_mem_bytes} B "
+                                       f"(limit {limit} B) and all {outcome.result.pruned['memory']} candidates over the "
+                                       "limit were pruned; the default is kept but does not fit this device", None), None
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes)
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)

@@ -39,7 +39,7 @@ class PredictorMeta:
     last_run_id: int = 0        # the newest library run learned from (fine-tunes take newer ones)
     revision: int = 0
     parent: int | None = None   # the revision this one was fine-tuned from
-    kind: str = "trained"       # trained | fine_tuned
+    kind: str = "trained"       # trained | fine_tuned | recalibrated
     target: str = ""
     spec: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)   # e.g. leave-one-model-out figures
@@ -99,6 +99,22 @@ class CostModel:
                              target=spec.name, spec=spec.as_dict(), metrics=metrics,
                              created_at=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
         return CostModel(km, correction, meta)
+
+    def recalibrated(self, plan_runs: list[dict], ridge: float = 1e-3) -> "CostModel":
+        """This kernel model with the correction fitted again on `plan_runs` (new whole-model
+        runs arrived: verify and deployments append them)."""
+        runs = [r for r in plan_runs if r.get("graph", {}).get("kernels")]
+        correction = fit_correction(self.kernels, runs, ridge)
+        metrics = {k: v for k, v in self.meta.metrics.items() if not k.startswith("lomo")}
+        if runs:
+            y = np.array([r["median_ms"] for r in runs])
+            metrics["calibration_ratio"] = float(np.median(y / predict_runs(self.kernels, correction, runs)))
+            metrics["correction_terms"] = correction.active
+        meta = PredictorMeta(**{**self.meta.__dict__, "parent": self.meta.revision, "kind": "recalibrated",
+                                "n_plan_runs": len(plan_runs), "metrics": metrics,
+                                "last_run_id": max((r.get("id") or 0 for r in plan_runs), default=0),
+                                "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())})
+        return CostModel(self.kernels, correction, meta)
 
     # ---- prediction -------------------------------------------------------------------
     def predict_kernels_ms(self, kernels: list[Kernel]) -> np.ndarray:
@@ -181,12 +197,18 @@ def load_or_train(records: list[dict], fingerprint_version: str, folder: Path, s
     """Re-use the current revision when it learned from exactly these records and runs;
     else train anew and make that the current revision. Returns (model, trained_now)."""
     store = PredictorStore(folder)
+    runs = plan_runs or []
     if store.current() is not None:
         cm = CostModel.load(folder)
-        if (cm.meta.fingerprint_version == fingerprint_version and cm.meta.n_records == len(records)
-                and cm.meta.n_plan_runs == len(plan_runs or [])):
-            return cm, False
-    cm = CostModel.train(records, fingerprint_version, seed, spec=spec, plan_runs=plan_runs, params=params, ridge=ridge)
+        if cm.meta.fingerprint_version == fingerprint_version and cm.meta.n_records == len(records):
+            if cm.meta.n_plan_runs == len(runs):
+                return cm, False
+            cm = cm.recalibrated(runs, ridge)       # only whole-model runs were added: the kernels stand
+            rev = cm.save(folder)
+            store.set_current(rev)
+            store.log("recalibrated", revision=rev, parent=cm.meta.parent, n_plan_runs=len(runs))
+            return cm, True
+    cm = CostModel.train(records, fingerprint_version, seed, spec=spec, plan_runs=runs, params=params, ridge=ridge)
     rev = cm.save(folder)
     store.set_current(rev)
     store.log("trained", revision=rev, n_records=cm.meta.n_records, n_plan_runs=cm.meta.n_plan_runs)

@@ -118,8 +118,7 @@ def build(backend: Backend, library: FingerprintLibrary, entries: list[ZooEntry]
                 continue
             graph = describe(p.model)
             graph["record_keys"] = keys if not p.steps else []    # once per model, on its default plan
-            stored.append(PlanRun(e.name, p.key, p.label, graph, t, source="zoo",
-                                  peak_mem_bytes=None))
+            stored.append(PlanRun(e.name, p.key, p.label, graph, t, source="zoo"))
         report.plans_measured += library.add_plan_runs(info, stored)
         report.plans += len(plans)
         report.models += 1

@@ -13,7 +13,7 @@ the store's history, and both revisions stay loadable."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +37,6 @@ class FineTuneResult:
     new_before: float               # MAPE on the fine-tune runs themselves
     new_after: float
     n_runs: int
-    details: dict = field(default_factory=dict)
 
 
 def mape(cm: CostModel, runs: list[dict]) -> float:
@@ -96,7 +95,7 @@ def fine_tune(folder: Path, runtime_runs: list[dict], held_out_runs: list[dict],
                             "last_run_id": max([cm.meta.last_run_id] + [r.get("id") or 0 for r in runtime_runs]),
                             "train_s": time.perf_counter() - t0,
                             "created_at": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()),
-                            "metrics": dict(cm.meta.metrics)})
+                            "metrics": {k: v for k, v in cm.meta.metrics.items() if not k.startswith("lomo")}})
     tuned = CostModel(kernels, correction, meta)
     before, after = mape(cm, held_out_runs), mape(tuned, held_out_runs)
     new_before, new_after = mape(cm, runtime_runs), mape(tuned, runtime_runs)

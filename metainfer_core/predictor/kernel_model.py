@@ -82,7 +82,8 @@ class KernelModel:
     def continue_fit(self, descs: list[dict], ms: np.ndarray, iterations: int, learning_rate: float,
                      weight: np.ndarray | None = None) -> "KernelModel":
         """More trees on top of this model (CatBoost init_model); this model is unchanged."""
-        params = {**self.latency.get_params(), "iterations": iterations, "learning_rate": learning_rate}
+        kept = {k: v for k, v in self.latency.get_params().items() if k in ("depth", "loss_function", "random_seed")}
+        params = {**LATENCY_PARAMS, **kept, "iterations": iterations, "learning_rate": learning_rate}
         km = KernelModel(CatBoostRegressor(**params), self.memory, self.spec, self.hint)
         km.latency.fit(self._pool(descs, ms=ms, weight=weight)[0], init_model=self.latency)
         return km

@@ -23,15 +23,17 @@ def describe_kernels(kernels: list[Kernel], infos: dict[str, TensorInfo] | None 
                      model_meta: dict[str, str] | None = None) -> dict:
     producer = {t: i for i, k in enumerate(kernels) for t in k.outputs}
     rows = []
-    for k in kernels:
+    for i, k in enumerate(kernels):
         sizes = _input_bytes(k, infos)
+        # a tensor no earlier kernel produced (graph input, or a group ordered before its producer) comes from the host
+        sources = [producer[t] if producer.get(t, i) < i else -1 for t in k.inputs]
         rows.append({
             "key": k.key(),
             "features": kernel_features(k),
             "ops": [n.op_type for n in k.nodes],
             "layout": k.attrs.get("layout", "NCHW"),
             "host": any(_meta(n, BIND_KEY) == "host" for n in k.nodes),
-            "inputs": [[producer.get(t, -1), b] for t, b in zip(k.inputs, sizes)],
+            "inputs": [[src, b] for src, b in zip(sources, sizes)],
             "bytes_out": k.bytes_out,
             "act_signed": _signed_activations(k, infos),
         })

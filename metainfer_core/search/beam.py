@@ -8,6 +8,7 @@ best candidates whose accuracy loss was estimated get an exact check (a CPU run)
 then break the accuracy bound are dropped, until `top_k` remain."""
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -20,6 +21,16 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
 
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
+
+
+def _arity(fn: Callable) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 3
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return 4
+    return min(4, sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)))
 
 
 @dataclass
@@ -57,7 +68,7 @@ def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionCo
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,
                 ctx: ActionContext, beam_width: int, depth: int, top_k: int, time_budget_s: float,
-                progress: Callable[[int, int, float], None] | None = None) -> SearchResult:
+                progress: Callable[..., None] | None = None) -> SearchResult:
     t0 = time.perf_counter()
     clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
     per_action: dict[str, float] = {}
@@ -117,8 +128,9 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         limit = max(evaluator.target.memory_limit_bytes, 1)
         beam = sorted(frontier + stepping, key=lambda c: c.score + max(0.0, c.peak_mem_bytes / limit - 1.0))[:beam_width]
         pool = sorted(pool + frontier, key=lambda c: c.score)[:keep]
-        if progress:
-            progress(level, len(frontier), pool[0].score if pool else float("nan"))
+        if progress:        # (level, new candidates within the bounds, best score[, beam size])
+            args = (level, len(frontier), pool[0].score if pool else float("nan"), len(beam))
+            progress(*args[:_arity(progress)])
         if result.stopped_by_budget:
             break
     result.top = _exact_top(pool, default, evaluator, top_k, result)

@@ -58,11 +58,16 @@ def test_revisions_reuse_and_reload(npu_set, tmp_path):
     assert not trained_again and again.meta.revision == 1
     graph = runs[0]["graph"]
     assert again.predict_graph_ms(graph) == pytest.approx(cm.predict_graph_ms(graph))
-    # the library grew (one run fewer here stands for one more there): a new revision, the old one still loads
+    # whole-model runs changed (one fewer here stands for one more there): the correction is fitted again
     grown, trained_grown = load_or_train(records, npu_set.version, tmp_path, spec=npu_set.spec, plan_runs=runs[:-1],
                                          params=PARAMS)
-    assert trained_grown and grown.meta.revision == 2
-    assert PredictorStore(tmp_path).revisions() == [1, 2] and PredictorStore(tmp_path).current() == 2
+    assert trained_grown and grown.meta.revision == 2 and grown.meta.kind == "recalibrated"
+    assert np.allclose(grown.predict_graph_kernels_ms(graph), cm.predict_graph_kernels_ms(graph))
+    # kernel records changed: trained anew
+    fresh, _ = load_or_train(records[:-5], npu_set.version, tmp_path, spec=npu_set.spec, plan_runs=runs[:-1],
+                             params=PARAMS)
+    assert fresh.meta.revision == 3 and fresh.meta.kind == "trained"
+    assert PredictorStore(tmp_path).revisions() == [1, 2, 3] and PredictorStore(tmp_path).current() == 3
     assert CostModel.load(tmp_path, 1).predict_graph_ms(graph) == pytest.approx(cm.predict_graph_ms(graph))
 
 
