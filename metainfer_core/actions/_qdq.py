@@ -21,7 +21,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import derived, infos_of, opset_of, origins
+from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
 
@@ -308,11 +308,5 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
         nodes.extend(before.get(id(n), []))
         nodes.append(n)
         nodes.extend(after.get(id(n), []))
-    del g.node[:]
-    g.node.extend(nodes)
-    used = {i for n in g.node for i in n.input}
-    keep = [i for i in g.initializer if i.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep + new_inits)
-    del g.value_info[:]
+    commit_rewrite(g, nodes, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed

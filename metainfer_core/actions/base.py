@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.base import TargetInfo
+from metainfer_core.normalize.graph_utils import node_reads
 
 
 @dataclass(frozen=True)
@@ -210,3 +211,17 @@ def share_analysis(child: onnx.ModelProto, parent: onnx.ModelProto) -> None:
         hit = _ANALYSES.get((id(parent), key))
         if hit is not None and hit[0] is parent:
             _ANALYSES[(id(child), key)] = (child, hit[1])
+
+
+def commit_rewrite(graph: onnx.GraphProto, nodes: list[onnx.NodeProto], new_inits: list[onnx.TensorProto]) -> None:
+    """Install a rewritten node list: add the new initializers, drop those nothing reads any
+    more (subgraph reads count), and drop value_info (shapes are inferred where needed)."""
+    del graph.node[:]
+    graph.node.extend(nodes)
+    graph.initializer.extend(new_inits)
+    used = {t for n in graph.node for t in node_reads(n)} | {o.name for o in graph.output}
+    keep = [i for i in graph.initializer if i.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    del graph.value_info[:]
+

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, derived, infos_of, lowered
+from metainfer_core.actions.base import Action, Param, commit_rewrite, derived, infos_of, lowered
 from metainfer_core.actions.fp16 import COMPUTE_OPS, lossy_sites
 from metainfer_core.kernels import PRECISION_KEY, set_node_meta
 from metainfer_core.normalize.graph_utils import clone
@@ -85,13 +85,7 @@ def to_bf16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
         order.extend(before.get(id(n), []))
         order.append(n)
         order.extend(after.get(id(n), []))
-    del g.node[:]
-    g.node.extend(order)
-    used = {i for n in g.node for i in n.input}
-    keep = [i for i in g.initializer if i.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep + new_inits)
-    del g.value_info[:]
+    commit_rewrite(g, order, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 

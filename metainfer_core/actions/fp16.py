@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, derived, infos_of, lowered
+from metainfer_core.actions.base import Action, Param, Site, commit_rewrite, derived, infos_of, lowered
 from metainfer_core.normalize.graph_utils import clone
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -101,14 +101,7 @@ def to_fp16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
     for n in g.node:
         order.append(n)
         order.extend(after.get(id(n), []))
-    del g.node[:]
-    g.node.extend(order)
-    g.initializer.extend(new_inits)
-    used = {i for n in g.node for i in n.input}
-    keep = [i for i in g.initializer if i.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    del g.value_info[:]
+    commit_rewrite(g, order, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, cached, derived, infos_of
+from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of
 from metainfer_core.kernels import ADAPTER, LAYOUT_KEY, TO_NCHW, TO_NHWC, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -175,14 +175,7 @@ def to_nhwc(model: onnx.ModelProto, node_names: set[str]) -> onnx.ModelProto:
         nodes.extend(before.get(id(n), []))
         nodes.append(n)
         nodes.extend(after.get(id(n), []))
-    del g.node[:]
-    g.node.extend(nodes)
-    g.initializer.extend(new_inits)
-    used = {i for n in g.node for i in n.input}
-    keep = [i for i in g.initializer if i.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    del g.value_info[:]
+    commit_rewrite(g, nodes, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, cached, derived, infos_of, missing_ops, opset_of
+from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of, missing_ops, opset_of
 from metainfer_core.kernels import FUSION_KEY, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -227,14 +227,7 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
     nodes = list(g.node)
     kept = [n for i, n in enumerate(nodes) if id(n) not in ids and i < pos] + new_nodes + \
            [n for i, n in enumerate(nodes) if id(n) not in ids and i > pos]
-    del g.node[:]
-    g.node.extend(kept)
-    g.initializer.extend(new_inits)
-    used = {i for n in g.node for i in n.input}
-    keep = [i for i in g.initializer if i.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    del g.value_info[:]
+    commit_rewrite(g, kept, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 
