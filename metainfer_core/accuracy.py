@@ -30,14 +30,20 @@ def plan_loss(reference: list[list[np.ndarray]], outputs: list[list[np.ndarray]]
     return max((cosine_loss(r, o) for rs, os_ in zip(reference, outputs) for r, o in zip(rs, os_)), default=0.0)
 
 
-def degenerate_outputs(reference: list[list[np.ndarray]], names: list[str], rel_std: float = 1e-3) -> list[str]:
-    """Outputs that are near-constant across elements and samples: an accuracy figure on them
-    means nothing (typical of detectors fed random noise)."""
+def degenerate_outputs(reference: list[list[np.ndarray]], names: list[str], rel_std: float = 1e-3,
+                       near_zero: float = 1e-4) -> list[str]:
+    """Outputs that are near-constant across elements and samples, or near zero everywhere: an
+    accuracy figure on them means nothing (typical of detectors fed random noise, whose
+    probability maps stay at ~1e-6)."""
     bad = []
     for o, name in enumerate(names):
+        if not reference or not np.issubdtype(np.asarray(reference[0][o]).dtype, np.floating):
+            continue        # integer outputs (indices, counts) are compared exactly, not by scale
         vals = np.concatenate([np.asarray(s[o], dtype=np.float64).ravel() for s in reference])
-        scale = max(np.abs(vals).max(initial=0.0), 1e-12)
-        if vals.size == 0 or vals.std() / scale < rel_std:
+        if vals.size == 0:
+            continue
+        scale = np.abs(vals).max(initial=0.0)
+        if scale < near_zero or vals.std() / max(scale, 1e-12) < rel_std:
             bad.append(name)
     return bad
 

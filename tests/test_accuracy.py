@@ -45,5 +45,6 @@ def test_bad_metric_is_a_config_error(settings_for):
 
 
 def test_degenerate_reference_is_flagged():
-    ref = [[np.full((1, 10), 0.5), np.random.default_rng(0).standard_normal((1, 10))] for _ in range(3)]
-    assert degenerate_outputs(ref, ["flat", "varied"]) == ["flat"]
+    rng = np.random.default_rng(0)
+    ref = [[np.full((1, 10), 0.5), rng.standard_normal((1, 10)), rng.random((1, 10)) * 3.7e-6] for _ in range(3)]
+    assert degenerate_outputs(ref, ["flat", "varied", "near_zero"]) == ["flat", "near_zero"]
