@@ -14,7 +14,7 @@ import onnx
 
 from metainfer_core.accuracy import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.accuracy_guard import repair
-from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend, create_backend
 from metainfer_core.decide import Decision, decide
 from metainfer_core.errors import MetaInferError
@@ -333,10 +333,6 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes)
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
-
-
-def steps_as_dicts(steps: tuple[Step, ...]) -> list[dict]:
-    return [st.as_dict() for st in steps]
 
 
 def calibration_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
