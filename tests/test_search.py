@@ -8,7 +8,7 @@ import pytest
 
 from metainfer_core import stages
 from metainfer_core.accuracy import run_cpu
-from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.kernels import FUSION_KEY
@@ -151,7 +151,7 @@ def test_sensitivity_estimate_tracks_the_exact_loss(models):
     ev.set_baseline(Candidate(m))
     for kind, params in (("int8", {k: v[-1] for k, v in INT8.items()}), ("fp16", {"scope": "all"})):
         site = ACTIONS[kind].sites(m, params, be.info)[0]
-        c = Candidate(ACTIONS[kind].apply(m, site, params, ctx), (stages.Step(kind, site, tuple(sorted(params.items()))),))
+        c = Candidate(ACTIONS[kind].apply(m, site, params, ctx), (Step(kind, site, tuple(sorted(params.items()))),))
         ev.evaluate(c)
         estimate = c.accuracy_loss
         assert not c.accuracy_exact
