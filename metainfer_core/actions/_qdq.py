@@ -301,12 +301,5 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
             # float readers (and the graph output) read y back in fp32, under its own name
             after[id(n)].append(helper.make_node("DequantizeLinear", [q_of[y], s_, z_], [y], name=derived(y, "dq")))
 
-    nodes = list(head)
-    for n in g.node:
-        if id(n) in folded:
-            continue
-        nodes.extend(before.get(id(n), []))
-        nodes.append(n)
-        nodes.extend(after.get(id(n), []))
-    commit_rewrite(g, nodes, new_inits)
+    commit_rewrite(g, new_inits, head=head, before=before, after=after, drop=folded)
     return out          # value_info dropped: shapes are inferred where they are needed

@@ -213,9 +213,20 @@ def share_analysis(child: onnx.ModelProto, parent: onnx.ModelProto) -> None:
             _ANALYSES[(id(child), key)] = (child, hit[1])
 
 
-def commit_rewrite(graph: onnx.GraphProto, nodes: list[onnx.NodeProto], new_inits: list[onnx.TensorProto]) -> None:
-    """Install a rewritten node list: add the new initializers, drop those nothing reads any
-    more (subgraph reads count), and drop value_info (shapes are inferred where needed)."""
+def commit_rewrite(graph: onnx.GraphProto, new_inits: list[onnx.TensorProto], head: list[onnx.NodeProto] = (),
+                   before: dict[int, list[onnx.NodeProto]] | None = None,
+                   after: dict[int, list[onnx.NodeProto]] | None = None, drop: set[int] = frozenset()) -> None:
+    """Install a rewrite: `head` nodes first, then every kept node of the graph with the nodes
+    a rewrite placed before / after it (keyed by id(node)); add the new initializers, drop those
+    nothing reads any more (subgraph reads count), and drop value_info (re-inferred where needed)."""
+    before, after = before or {}, after or {}
+    nodes = list(head)
+    for n in graph.node:
+        if id(n) in drop:
+            continue
+        nodes.extend(before.get(id(n), []))
+        nodes.append(n)
+        nodes.extend(after.get(id(n), []))
     del graph.node[:]
     graph.node.extend(nodes)
     graph.initializer.extend(new_inits)
@@ -224,4 +235,3 @@ def commit_rewrite(graph: onnx.GraphProto, nodes: list[onnx.NodeProto], new_init
     del graph.initializer[:]
     graph.initializer.extend(keep)
     del graph.value_info[:]
-

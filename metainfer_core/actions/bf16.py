@@ -80,12 +80,7 @@ def to_bf16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
         # fp32 readers outside the scope (and graph outputs) read y back in fp32
         if y in graph_outputs or any(id(c) not in chosen_ids for c in consumers[y]):
             after[id(n)].append(_cast(held[y], y, TensorProto.FLOAT, derived(y, "from_bf16")))
-    order = list(head)
-    for n in g.node:
-        order.extend(before.get(id(n), []))
-        order.append(n)
-        order.extend(after.get(id(n), []))
-    commit_rewrite(g, order, new_inits)
+    commit_rewrite(g, new_inits, head=head, before=before, after=after)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 

@@ -97,11 +97,7 @@ def to_fp16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
             # fp32 readers outside the scope, and graph outputs, read it back under its own name
             if y in graph_outputs or any(id(c) not in half_ids for c in consumers[y]):
                 after[id(n)].append(helper.make_node("Cast", [n.output[slot]], [y], name=derived(y, "to_fp32"), to=_F32))
-    order = list(head)
-    for n in g.node:
-        order.append(n)
-        order.extend(after.get(id(n), []))
-    commit_rewrite(g, order, new_inits)
+    commit_rewrite(g, new_inits, head=head, after=after)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 

@@ -170,12 +170,7 @@ def to_nhwc(model: onnx.ModelProto, node_names: set[str]) -> onnx.ModelProto:
                 after[id(n)].insert(0, _transpose(n.output[0], rename[y], TO_NHWC, derived(n.name, "out"), adapter=True))
             else:
                 n.output[0] = rename[y]
-    nodes = list(head)
-    for n in g.node:
-        nodes.extend(before.get(id(n), []))
-        nodes.append(n)
-        nodes.extend(after.get(id(n), []))
-    commit_rewrite(g, nodes, new_inits)
+    commit_rewrite(g, new_inits, head=head, before=before, after=after)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 

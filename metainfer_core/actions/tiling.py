@@ -227,7 +227,9 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
     nodes = list(g.node)
     kept = [n for i, n in enumerate(nodes) if id(n) not in ids and i < pos] + new_nodes + \
            [n for i, n in enumerate(nodes) if id(n) not in ids and i > pos]
-    commit_rewrite(g, kept, new_inits)
+    del g.node[:]
+    g.node.extend(kept)
+    commit_rewrite(g, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed
 
 
