@@ -2,9 +2,11 @@
 
 Quick validation: time one typical kernel per op type (the three most frequent op types of
 the library when the versions match; every op type after a firmware/driver/runtime change)
-and compare with the library. After a version change, only the op types whose typical kernel
-moved past the threshold are re-measured under the new fingerprint version; the others'
-records are carried into it (source `carried`), so the new version is complete, the check
+and compare with the library; a typical kernel is one of the op type alone (no fused
+epilogue, no quantize/dequantize wrappers) where there is one, so drift is put on the op type
+that moved. After a version change, the kernels holding an op type whose typical kernel moved
+past the threshold are re-measured under the new fingerprint version; the others' records are
+carried into it (source `carried`), so the new version is complete, the check
 having shown their costs unchanged. The old version's records are never touched. Drift without
 a version change is reported, not re-measured: the fingerprint version is the unit of truth,
 so a changed device should carry a new firmware/driver tag."""
@@ -22,6 +24,7 @@ from metainfer_core.fingerprint.kernel_store import load_kernels
 from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement
 
 QUICK_OPS = 3
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
 @dataclass
@@ -53,6 +56,7 @@ class DriftReport:
     checks: list[OpCheck] = field(default_factory=list)
     drifted: list[str] = field(default_factory=list)
     remeasured: int = 0
+    remeasured_ops: dict[str, int] = field(default_factory=dict)    # kernels measured again, by op type
     carried: int = 0
     unmeasurable: int = 0          # records with no stored kernel to run again
     seconds: float = 0.0
@@ -80,11 +84,25 @@ def baseline_version(lib: FingerprintLibrary, backend: Backend) -> str:
     return versions[-1]
 
 
+def _pure(r: dict) -> bool:
+    """A kernel of its op type alone: no quantize/dequantize wrappers, no fused epilogue. Drift
+    measured on such a kernel belongs to that op type, not to a neighbour fused with it."""
+    if r["op_type"] in QDQ_OPS:
+        return True
+    return r["dtype"] != "int8" and r["features"].get("n_ops", 1) <= 1
+
+
 def _typical(records: list[dict], op: str) -> dict:
     """A typical shape of the op type: its record at the upper quartile of FLOPs (the heavier
-    kernels are the ones that matter and the ones timer noise disturbs least)."""
-    recs = sorted((r for r in records if r["op_type"] == op), key=lambda r: r["features"].get("log_flops", 0.0))
+    kernels are the ones that matter and the ones timer noise disturbs least), among the
+    kernels of that op type alone when there are any."""
+    recs = [r for r in records if r["op_type"] == op]
+    recs = sorted([r for r in recs if _pure(r)] or recs, key=lambda r: r["features"].get("log_flops", 0.0))
     return recs[(3 * len(recs)) // 4]
+
+
+def _node_ops(model) -> set[str]:
+    return {n.op_type for n in model.graph.node}
 
 
 def _measure(backend: Backend, model, reps: int, warmup: int) -> Timing:
@@ -116,17 +134,22 @@ def reprofile(backend: Backend, lib: FingerprintLibrary, threshold: float, reps:
 
 def _move_to(backend: Backend, lib: FingerprintLibrary, records: list[dict], report: DriftReport, reps: int,
              warmup: int) -> None:
+    """Copy the old version into the new one: every kernel that holds a drifted op type (an
+    int8 Gemm holds its dequantize nodes) is measured again, the rest carried over."""
     drifted = set(report.drifted)
-    kernels = load_kernels(lib, [r["kernel_key"] for r in records if r["op_type"] in drifted])
+    kernels = load_kernels(lib, [r["kernel_key"] for r in records]) if drifted else {}
     batch = []
     for r in records:
         sig = r["signature"]
-        if r["op_type"] in drifted:
-            if r["kernel_key"] not in kernels:
+        kernel = kernels.get(r["kernel_key"])
+        holds = r["op_type"] in drifted or (kernel is not None and bool(_node_ops(kernel) & drifted))
+        if holds:
+            if kernel is None:
                 report.unmeasurable += 1
                 continue
-            timing, source = _measure(backend, kernels[r["kernel_key"]], reps, warmup), "microbench"
+            timing, source = _measure(backend, kernel, reps, warmup), "microbench"
             report.remeasured += 1
+            report.remeasured_ops[r["op_type"]] = report.remeasured_ops.get(r["op_type"], 0) + 1
         else:
             timing = Timing(r["median_ms"], r["p10_ms"], r["p90_ms"], 0, r["fallback"])
             source = "carried"
@@ -142,12 +165,17 @@ def markdown(report: DriftReport, plans: list[dict], fine_tune: dict | None) -> 
              + (" (new firmware/driver/runtime)" if report.version_changed else " (unchanged)"),
              f"- firmware: {report.firmware}", f"- drift threshold: {report.threshold:.0%}",
              f"- drifted op types: {', '.join(report.drifted) or 'none'}",
-             f"- re-measured kernels: {report.remeasured}; carried over unchanged: {report.carried}"
+             f"- re-measured kernels: {report.remeasured}"
+             + (f" ({', '.join(f'{op} {n}' for op, n in sorted(report.remeasured_ops.items()))})"
+                if report.remeasured_ops else "")
+             + f"; carried over unchanged: {report.carried}"
              + (f"; without a stored kernel: {report.unmeasurable}" if report.unmeasurable else ""),
              f"- time: {report.seconds:.1f} s", "", "| op type | library ms | now ms | ratio |", "|---|---|---|---|"]
     lines += [f"| {c.op_type} | {c.library_ms:.4g} | {c.now_ms:.4g} | {c.ratio:.3f} |" for c in report.checks]
     if fine_tune is not None:
-        lines += ["", f"Predictor: {fine_tune}"]
+        detail = (fine_tune.get("carry_over") or {}).get("reason") or fine_tune.get("reason") or ""
+        lines += ["", f"Predictor of {fine_tune['version']}: {fine_tune['action']} (r{fine_tune.get('revision')})"
+                  + (f": {detail}" if detail else "")]
     lines += ["", "| active plan | decision | detail |", "|---|---|---|"]
     lines += [f"| {p['registered_model']} | {p['decision']} | {p['reason']} |" for p in plans] or ["| - | - | - |"]
     return "\n".join(lines) + "\n"

@@ -143,6 +143,9 @@ class ReprofileSettings(_Strict):
     threshold: float = Field(default=0.1, gt=0, lt=10)   # relative change of a typical kernel that counts as drift
     cron: str = "0 2 * * *"                             # nightly schedule of `flows/reprofile.py --serve`
     targets: list[str] = Field(default_factory=lambda: ["cpu", "gpu", "npu", "fpga", "asic"])
+    # fine-tuning the previous version's predictor on the re-measured kernels (CatBoost init_model)
+    fine_tune_iterations: int = Field(default=100, ge=1, le=5000)
+    fine_tune_learning_rate: float = Field(default=0.1, gt=0, le=1)
 
 
 class FeedbackSettings(_Strict):
