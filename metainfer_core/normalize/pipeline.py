@@ -26,6 +26,7 @@ from metainfer_core.normalize.passes import (
 from metainfer_core.normalize.shapes import (
     bind_input_shapes,
     check_complete,
+    fill_from_run,
     infer_shapes,
     symbolic_inputs,
     unknown_negative_dims,
@@ -87,6 +88,8 @@ def normalize(
     work, renamed = name_nodes.run(topological_sort(work))
     log.append({"pass": "name_nodes", "round": 0, "changes": renamed})
     work = infer_shapes(work)
+    work, filled = fill_from_run(work, seed)
+    log.append({"pass": "shapes_from_run", "round": 0, "changes": len(filled), "tensors": filled})
     check_complete(work)
     errors = max_abs_errors(bound, work, rtol=rtol, atol=atol, seed=seed)
     return NormalizeResult(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
-from onnx import shape_inference
+from onnx import helper, shape_inference
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
 from metainfer_core.normalize.messages import first_line
+from metainfer_core.tensors import random_feeds
 
 
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -111,6 +113,57 @@ def unbound_inputs(model: onnx.ModelProto, input_shapes: dict[str, list[int]] | 
         if shape is None or not all(isinstance(d, int) for d in shape):
             unbound[vi.name] = None if shape is None else [d if d is not None else "?" for d in shape]
     return unbound
+
+
+def incomplete_tensors(model: onnx.ModelProto) -> list[str]:
+    """Main-graph tensors (node outputs, graph outputs) with no dtype or rank after inference."""
+    graph = model.graph
+    types = {vi.name: vi.type for vi in [*graph.value_info, *graph.input, *graph.output]}
+    weights = {t.name for t in graph.initializer}
+    names = [o for node in graph.node for o in node.output if o] + [o.name for o in graph.output]
+    return list(dict.fromkeys(n for n in names if n not in weights and _missing(types.get(n))))
+
+
+def fill_from_run(model: onnx.ModelProto, seed: int = 0, runs: int = 3) -> tuple[onnx.ModelProto, list[str]]:
+    """Types ONNX shape inference cannot follow (the outputs of Loop/Scan bodies, contrib-domain
+    ops), read off ONNX Runtime runs on seeded random inputs and written to value_info. A size
+    is kept where the inputs are static and every run agrees on it; otherwise only the rank (a
+    data-dependent trip count, or symbolic inputs: one run's sizes say nothing about another's).
+    Returns the model and the tensors it filled; nothing when the runtime cannot run it."""
+    missing = incomplete_tensors(model)
+    if not missing:
+        return model, []
+    static = all(isinstance(d, int) for dims in symbolic_inputs(model).values() for d in dims)
+    probe = clone(model)
+    outputs = {o.name for o in probe.graph.output}
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in missing if n not in outputs)
+    try:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 3
+        session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        seen = [dict(zip(names, session.run(None, random_feeds(model, seed + k)))) for k in range(runs)]
+    except Exception:  # noqa: BLE001 - the completeness check names the tensor and what to do
+        return model, []
+    out = clone(model)
+    graph_outputs = {o.name: o for o in out.graph.output}
+    filled = []
+    for name in missing:
+        values = [run.get(name) for run in seen]
+        if not all(isinstance(v, np.ndarray) for v in values) or len({(v.dtype, v.ndim) for v in values}) != 1:
+            continue
+        dims = [sizes.pop() if static and len(sizes := {v.shape[a] for v in values}) == 1 else None
+                for a in range(values[0].ndim)]
+        vi = helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(values[0].dtype), dims)
+        if name in graph_outputs:
+            graph_outputs[name].type.CopyFrom(vi.type)
+        else:
+            out.graph.value_info.append(vi)
+        filled.append(name)
+    return out, filled
 
 
 def check_complete(model: onnx.ModelProto) -> None:
