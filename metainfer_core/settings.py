@@ -172,6 +172,43 @@ class PredictorSettings(_Strict):
     fine_tune_tolerance: float = Field(default=0.1, ge=0)           # relative rise of held-out MAPE allowed
     drift_threshold: float = Field(default=0.25, gt=0)
     drift_window: int = Field(default=20, ge=1)
+    frozen: bool = False            # use the current revision as it is: no retraining, no recalibration
+
+
+class DeploySettings(_Strict):
+    """conf/deploy/: where Prefect runs (a temporary local server, or a fleet's server)."""
+    name: str = "embedded"
+    prefect_api_url: str | None = None          # None: a temporary local Prefect server
+    work_pool: str = "{target}"                 # a target's work pool ({target}: the target's name)
+
+    @field_validator("prefect_api_url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r} is not an http(s) URL; give the Prefect server's API, e.g. "
+                             "http://127.0.0.1:4200/api")
+        return url
+
+    @field_validator("work_pool")
+    @classmethod
+    def _pool_template(cls, template: str) -> str:
+        try:
+            name = template.format(target="t")
+        except (KeyError, IndexError, ValueError):
+            raise ValueError(f"{template!r} may only use the placeholder {{target}}") from None
+        if not name.strip():
+            raise ValueError("a work pool name cannot be empty")
+        return template
+
+    def pool(self, target: str) -> str:
+        return self.work_pool.format(target=target)
+
+
+class TaskRunnerSettings(_Strict):
+    """flows/adapt_many.py: the Prefect task runner that maps adapt over models."""
+    kind: Literal["threads", "process", "dask"] = "threads"
+    max_workers: int = Field(default=4, ge=1, le=256)
+    dask_address: str | None = None             # an existing Dask scheduler; None: a local cluster
 
 
 class PathSettings(_Strict):
@@ -193,6 +230,10 @@ class Settings(_Strict):
     reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
     predictor: PredictorSettings = Field(default_factory=PredictorSettings)
+    deploy: DeploySettings = Field(default_factory=DeploySettings)
+    task_runner: TaskRunnerSettings = Field(default_factory=TaskRunnerSettings)
+    models: list[str] = Field(default_factory=list)      # flows/adapt_many.py
+    targets: list[str] | None = None                     # flows/deploy.py (None: reprofile.targets)
     seed: int = 0
     debug: bool = False
 

@@ -185,6 +185,10 @@ def train_stage(s: Settings, fingerprint_version: str, progress: Progress = prin
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     folder = s.artifacts / "predictors" / fingerprint_version
     p = s.predictor
+    if p.frozen and PredictorStore(folder).current() is not None:
+        cm = CostModel.load(folder)
+        progress(f"train: frozen CatBoost predictor r{cm.meta.revision} (predictor.frozen)")
+        return cm, False
     was_stale = PredictorStore(folder).stale() is not None
     drift = calibration.check(library, fingerprint_version, folder, p.drift_threshold, p.drift_window)
     if drift.stale and not was_stale:

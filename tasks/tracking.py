@@ -31,6 +31,18 @@ def _client(s: Settings) -> MlflowClient:
     return MlflowClient(tracking_uri=s.tracking.mlflow_uri)
 
 
+def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
+    """The experiment's id, created when missing. Embedded tracking keeps artifacts under
+    paths.artifacts; a tracking server stores them where it is configured to (its
+    --artifacts-destination), so every host of a fleet sees the same files."""
+    exp = client.get_experiment_by_name(name)
+    if exp:
+        return exp.experiment_id
+    remote = s.tracking.mlflow_uri.startswith(("http://", "https://"))
+    return client.create_experiment(
+        name, artifact_location=None if remote else (Path(s.paths.artifacts) / "mlflow-artifacts").as_uri())
+
+
 def experiment_name(s: Settings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}@{s.target.name}"
 
@@ -38,9 +50,7 @@ def experiment_name(s: Settings, model_name: str) -> str:
 def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     client = _client(s)
     name = experiment_name(s, model_name)
-    exp = client.get_experiment_by_name(name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(
-        name, artifact_location=(Path(s.paths.artifacts) / "mlflow-artifacts").as_uri())
+    exp_id = _experiment_id(client, s, name)
     run = client.create_run(exp_id, run_name=run_name, tags={"model": model_name, "target": s.target.name,
                                                              "measurement": s.target.measurement})
     params = [Param(k, str(v)[:6000]) for k, v in _flatten(raw).items() if not k.startswith("target.spec.")]
@@ -136,9 +146,7 @@ def record_report(s: Settings, kind: str, run_name: str, raw: dict, metrics: dic
     """One MLflow run for a report-style flow (onboarding, re-profiling) in `meta-infer/<kind>@<target>`."""
     client = _client(s)
     name = f"{s.tracking.experiment}/{kind}@{s.target.name}"
-    exp = client.get_experiment_by_name(name)
-    exp_id = exp.experiment_id if exp else client.create_experiment(
-        name, artifact_location=(Path(s.paths.artifacts) / "mlflow-artifacts").as_uri())
+    exp_id = _experiment_id(client, s, name)
     run = client.create_run(exp_id, run_name=run_name, tags={"target": s.target.name, **tags})
     params = [Param(k, str(v)[:6000]) for k, v in _flatten({"target": raw["target"], "profile": raw["profile"]}).items()]
     client.log_batch(run.info.run_id, params=params[:100],

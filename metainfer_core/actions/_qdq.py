@@ -31,6 +31,7 @@ ALL_OPS = COMPUTE_OPS + ("Add", "Mul", "Relu", "Clip", "LeakyRelu", "Sigmoid", "
 _SHARE_SCALE = {"MaxPool", "Flatten", "Reshape"}
 _FOLDABLE = {"Relu", "Clip"}
 _F32 = onnx.TensorProto.FLOAT
+_BIAS_LIMIT = float(2**31 - 1)   # int32 bias range
 
 Range = tuple[float, float]
 
@@ -137,8 +138,9 @@ def _act_params(r: Range, qtype: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array(scale, np.float32), np.array(zp, dt)
 
 
-def _weight_quant(w: np.ndarray, axis: int | None, qtype: str):
-    """(quantized weights, scale, zero point) per channel along `axis`, or per tensor."""
+def _weight_quant(w: np.ndarray, axis: int | None, qtype: str, min_scale: np.ndarray | None = None):
+    """(quantized weights, scale, zero point) per channel along `axis`, or per tensor; scales no
+    smaller than `min_scale` (what the int32 bias needs)."""
     reduce = tuple(i for i in range(w.ndim) if i != axis) if axis is not None else None
     if qtype == "QInt8":    # symmetric, zero point 0
         amax = np.abs(w).max(axis=reduce)
@@ -151,6 +153,10 @@ def _weight_quant(w: np.ndarray, axis: int | None, qtype: str):
         scale = np.where(hi > lo, (hi - lo) / 255.0, 1.0).astype(np.float32)
         zp = np.clip(np.round(-lo / scale), 0, 255).astype(np.uint8)
         lo_q, hi_q, dt = 0, 255, np.uint8
+    if min_scale is not None:
+        scale = np.maximum(scale, min_scale).astype(np.float32)
+        if qtype != "QInt8":
+            zp = np.clip(np.round(-lo / scale), 0, 255).astype(np.uint8)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
@@ -194,6 +200,29 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
 
     # Relu/Clip right after a quantized op: its saturating output quantization computes them
     folded: set[int] = set()
+    def bias_floor(n: onnx.NodeProto, b_name: str, x_scale: np.float64) -> np.ndarray:
+        """The smallest weight scale per output channel that keeps round(bias / (input scale x
+        weight scale)) inside int32. It only binds for a near-zero weight channel beside a real
+        bias (PP-OCR's detector has some), whose weights then quantize to zero: a 1e-12 error
+        instead of a wrapped int32 bias."""
+        b = np.abs(numpy_helper.to_array(inits[b_name]).astype(np.float64))
+        floor = b / (x_scale * _BIAS_LIMIT)
+        return floor if per_channel else floor.max(initial=0.0)
+
+    def quantized_bias(n: onnx.NodeProto, b_name: str, w_scale: np.ndarray, x_scale: np.float64) -> None:
+        """int32 bias through a DQ: scale = input scale x weight scale (per channel)."""
+        b = numpy_helper.to_array(inits[b_name]).astype(np.float64)
+        bs = x_scale * w_scale.astype(np.float64) * np.ones_like(b)
+        # clipped only when a shared weight was quantized for another node's bias first
+        bq = np.clip(np.round(b / bs), -_BIAS_LIMIT, _BIAS_LIMIT).astype(np.int32)
+        b_dq = derived(b_name, f"dq.{n.name}")
+        before[id(n)].append(helper.make_node(
+            "DequantizeLinear", [const(derived(b_name, f"int32.{n.name}"), bq),
+                                 const(derived(b_name, f"scale.{n.name}"), bs.astype(np.float32)),
+                                 const(derived(b_name, f"zp.{n.name}"), np.zeros_like(bq))],
+            [b_dq], name=b_dq, axis=0))
+        n.input[2] = b_dq
+
     for n in chosen:
         p = producer.get(n.input[0])
         if (n.op_type in _FOLDABLE and p is not None and id(p) in chosen_ids and p.op_type not in _FOLDABLE
@@ -253,13 +282,13 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
 
     weight_dq: dict[str, tuple[str, np.ndarray]] = {}
 
-    def weight(n: onnx.NodeProto) -> np.ndarray:
+    def weight(n: onnx.NodeProto, min_scale: np.ndarray | None = None) -> np.ndarray:
         """Route the node's weight through int8 storage and a DQ; returns its scale."""
         w_name = n.input[1]
         if w_name not in weight_dq:
             w = numpy_helper.to_array(inits[w_name])
             axis = _weight_axis(n) if per_channel else None
-            q, s, z = _weight_quant(w, axis, weight_type)
+            q, s, z = _weight_quant(w, axis, weight_type, min_scale)
             extra = {"axis": axis} if axis is not None else {}
             w_dq = derived(w_name, "dq")
             before[id(n)].append(helper.make_node(
@@ -275,21 +304,14 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
             if t and is_float(t):
                 n.input[slot] = dequantized(t, n)
         if n.op_type in COMPUTE_OPS and len(n.input) > 1 and n.input[1] in inits and inits[n.input[1]].data_type == _F32:
-            w_scale = weight(n)
-            if (n.op_type in ("Conv", "Gemm") and len(n.input) > 2 and n.input[2] in inits
-                    and is_float(first_in) and inits[n.input[2]].data_type == _F32):
-                # int32 bias: scale = input scale x weight scale (per channel)
-                b_name = n.input[2]
-                b = numpy_helper.to_array(inits[b_name]).astype(np.float64)
-                bs = np.float64(params[first_in][2]) * w_scale.astype(np.float64) * np.ones_like(b)
-                bq = np.round(b / bs).astype(np.int32)
-                b_dq = derived(b_name, f"dq.{n.name}")
-                before[id(n)].append(helper.make_node(
-                    "DequantizeLinear", [const(derived(b_name, f"int32.{n.name}"), bq),
-                                         const(derived(b_name, f"scale.{n.name}"), bs.astype(np.float32)),
-                                         const(derived(b_name, f"zp.{n.name}"), np.zeros_like(bq))],
-                    [b_dq], name=b_dq, axis=0))
-                n.input[2] = b_dq
+            b_name = n.input[2] if len(n.input) > 2 else ""
+            if (n.op_type in ("Conv", "Gemm") and b_name in inits
+                    and is_float(first_in) and inits[b_name].data_type == _F32):
+                x_scale = np.float64(params[first_in][2])
+                w_scale = weight(n, bias_floor(n, b_name, x_scale))
+                quantized_bias(n, b_name, w_scale, x_scale)
+            else:
+                weight(n)
         # the output: the op writes y|f and its Q writes y|q8; quantized readers take their own DQ
         y = n.output[0]
         s_, z_, _ = qparams(y, first_in if n.op_type in _SHARE_SCALE else None)

@@ -8,13 +8,14 @@ cannot duplicate records."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import (JSON, Boolean, DateTime, Float, Integer, String, UniqueConstraint, create_engine, event,
-                        select)
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, Integer, String, Text, UniqueConstraint,
+                        create_engine, event, select)
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from metainfer_core.backends.base import TargetInfo, Timing
@@ -47,14 +48,14 @@ class RecordRow(Base):
     op_type: Mapped[str] = mapped_column(String(128), index=True)
     dtype: Mapped[str] = mapped_column(String(32))
     layout: Mapped[str] = mapped_column(String(16))
-    signature: Mapped[str] = mapped_column(String(4096))
+    signature: Mapped[str] = mapped_column(Text)             # unbounded: PostgreSQL enforces VARCHAR lengths
     features: Mapped[dict] = mapped_column(JSON)
     median_ms: Mapped[float] = mapped_column(Float)
     p10_ms: Mapped[float] = mapped_column(Float)
     p90_ms: Mapped[float] = mapped_column(Float)
     reps: Mapped[int] = mapped_column(Integer)
     bandwidth_gbps: Mapped[float] = mapped_column(Float)
-    peak_mem_bytes: Mapped[int] = mapped_column(Integer)
+    peak_mem_bytes: Mapped[int] = mapped_column(BigInteger)  # 64-bit: PostgreSQL's INTEGER stops at 2 GiB
     fallback: Mapped[bool] = mapped_column(Boolean)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -76,7 +77,7 @@ class PlanRunRow(Base):
     p10_ms: Mapped[float] = mapped_column(Float)
     p90_ms: Mapped[float] = mapped_column(Float)
     reps: Mapped[int] = mapped_column(Integer)
-    peak_mem_bytes: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    peak_mem_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     predicted_ms: Mapped[float | None] = mapped_column(Float, nullable=True)
     predictor: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
@@ -115,10 +116,11 @@ class FingerprintLibrary:
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         try:
-            self.engine = create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
-            if url.startswith("sqlite"):
+            sqlite = url.startswith("sqlite")
+            self.engine = create_engine(url, connect_args={"timeout": 30} if sqlite else {}, pool_pre_ping=not sqlite)
+            if sqlite:
                 event.listen(self.engine, "connect", _sqlite_pragmas)
-            Base.metadata.create_all(self.engine)
+            _create_schema(self.engine)
         except (OperationalError, ImportError) as exc:
             raise MetaInferError(f"Cannot open the fingerprint library at {url} ({exc.__class__.__name__}: {exc}). "
                                  "Check tracking.fingerprint_db in conf/tracking/.") from None
@@ -241,6 +243,19 @@ class FingerprintLibrary:
             if target:
                 q = q.where(VersionRow.target == target)
             return list(s.scalars(q))
+
+
+def _create_schema(engine, attempts: int = 5) -> None:
+    # Hosts starting at once race to create the tables; on PostgreSQL the loser's CREATE fails
+    # (duplicate type/relation) instead of waiting, so look again: the winner's tables are there.
+    for attempt in range(attempts):
+        try:
+            Base.metadata.create_all(engine)
+            return
+        except (IntegrityError, ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

@@ -98,3 +98,24 @@ def test_datapath_legality():
     assert "float16" in ACTIONS["fp16"].legal(m, site, {"scope": "all"}, backend("asic").info)
     site = ACTIONS["int8"].sites(m, INT8, backend("gpu").info)[0]
     assert "QDQ" in ACTIONS["int8"].legal(m, site, INT8, backend("gpu").info)
+
+
+def test_int8_bias_of_a_dead_weight_channel_fits_int32():
+    """A conv channel with near-zero weights and a real bias (as in PP-OCR's detector): bias /
+    (input scale x weight scale) would overflow int32 and wrap; the channel's weight scale is
+    raised until the bias fits (its weights quantize to zero: an error of 1e-12)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    from graphs import conv_chain
+
+    m = conv_chain(cin=4, cout=8, size=8)
+    w = {i.name: i for i in m.graph.initializer}
+    weights = numpy_helper.to_array(w["W"]).copy()
+    weights[3] = 1e-12                                           # one dead channel
+    w["W"].CopyFrom(numpy_helper.from_array(weights, "W"))
+    w["B"].CopyFrom(numpy_helper.from_array(np.full(8, 2.0, np.float32), "B"))
+    out, feeds = apply("int8", m, INT8, target="npu")
+    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    assert conv.input[2] != "B"                                  # an int32 bias
+    assert loss(m, out, feeds) < 0.01

@@ -1,8 +1,10 @@
 import numpy as np
+import onnx
 import pytest
 from onnx import helper
 
 from metainfer_core.errors import MetaInferError
+from metainfer_core.normalize import normalize
 from metainfer_core.normalize.opset import CANONICAL_OPSET, default_opset, to_canonical_opset
 
 from .graphs import model, op_types, run, value
@@ -46,3 +48,18 @@ def test_unconvertible_node_is_named():
     before.graph.node.append(helper.make_node("NotAnOp", ["y"], ["z"], name="bad"))
     with pytest.raises(MetaInferError, match=r"Node 'bad' \(op NotAnOp\) cannot be converted from opset 11"):
         to_canonical_opset(before)
+
+
+def test_opset_6_model_normalizes_against_its_conversion():
+    """ONNX Runtime has no opset-6 kernels: the original cannot run, so the equivalence check
+    compares with ONNX's conversion to the canonical opset (a PyTorch Linear from onnx's own
+    backend test data: Gemm-6 with the legacy broadcast attribute)."""
+    import os
+
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/pytorch-converted/test_Linear/model.onnx")
+    original = onnx.load(path)
+    assert original.opset_import[0].version == 6
+    result = normalize(original)
+    assert result.opset_from == 6 and result.opset_to == CANONICAL_OPSET
+    assert any(e["pass"] == "equivalence_reference" for e in result.log)
+    onnx.checker.check_model(result.model, full_check=True)

@@ -1,0 +1,56 @@
+"""flows/adapt_many.py: four zoo models adapted to one modeled target with one summary table, and
+the same plans whichever Prefect task runner maps adapt over the models."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.many_tasks import plan_signature
+
+ROOT = Path(__file__).resolve().parent.parent
+
+MODELS = ["mlp", "resnet_tiny", "mobilenet_v2_tiny", "vit_tiny"]
+QUICK = ["target=fpga", "search=quick", "profile.reps=3", "profile.warmup=0", "profile.batch_gradient=[1]",
+         "verify.runs=3", "verify.warmup=1", "predictor.iterations=50"]
+
+
+def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
+    res = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt_many.py"), *QUICK,
+                          f"models=[{','.join(MODELS)}]", f"paths.artifacts={tmp_path / name}", *extra],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = Path(res.stdout.strip().splitlines()[-1].removeprefix("summary: "))
+    assert summary.is_file() and "| model | decision |" in res.stdout and "modeled" in summary.read_text()
+    rows = json.loads(summary.with_suffix(".json").read_text())
+    assert [r["model"] for r in rows] == MODELS
+    return rows
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory):
+    """The reference: one model after the other (one thread)."""
+    rows = _run(tmp_path_factory.mktemp("many"), "sequential", "task_runner.max_workers=1")
+    assert all(r["decision"] in ("adapted", "rolled_back", "skipped") for r in rows)
+    return [plan_signature(r["plan"]) for r in rows]
+
+
+# The process runner goes through the same mapping (task_runner.kind=process); one parallel runner
+# here keeps the suite's time down.
+@pytest.mark.slow
+def test_dask_runner_gives_the_sequential_plans(sequential, tmp_path):
+    dask = _run(tmp_path, "dask", "task_runner.kind=dask", "task_runner.max_workers=2")
+    assert [plan_signature(r["plan"]) for r in dask] == sequential
+
+
+def test_no_models_is_a_clear_error(run_flow, tmp_path):
+    res = run_flow("adapt_many", "target=fpga", f"paths.artifacts={tmp_path}")
+    assert res.returncode == 2 and "models=[name,...]" in res.stderr and not list(tmp_path.glob("many/*"))
+
+
+def test_unknown_task_runner_is_a_clear_error(run_flow, tmp_path):
+    res = run_flow("adapt_many", "target=fpga", "models=[mlp]", "task_runner.kind=ray", f"paths.artifacts={tmp_path}")
+    assert res.returncode == 2 and "task_runner.kind" in res.stderr
