@@ -7,6 +7,7 @@ from onnx import helper, version_converter
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.graph_utils import AI_ONNX, describe, iter_graphs
+from metainfer_core.normalize.legacy_prelu import keep_channel_slopes
 from metainfer_core.normalize.legacy_resize import keep_old_semantics
 from metainfer_core.normalize.messages import first_line
 
@@ -41,6 +42,7 @@ def to_canonical_opset(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     minimum = helper.find_min_ir_version_for([helper.make_opsetid("", CANONICAL_OPSET)])
     converted.ir_version = max(converted.ir_version, minimum)
     keep_old_semantics(converted, version)  # the converter drops pre-11 Resize coordinates
+    keep_channel_slopes(converted, version)  # and keeps pre-7 per-channel PRelu slopes flat
     return converted, version
 
 

@@ -1,5 +1,6 @@
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import helper
 
@@ -50,16 +51,25 @@ def test_unconvertible_node_is_named():
         to_canonical_opset(before)
 
 
-def test_opset_6_model_normalizes_against_its_conversion():
-    """ONNX Runtime has no opset-6 kernels: the original cannot run, so the equivalence check
-    compares with ONNX's conversion to the canonical opset (a PyTorch Linear from onnx's own
-    backend test data: Gemm-6 with the legacy broadcast attribute)."""
+@pytest.mark.parametrize("case", ["test_Linear", "test_PReLU_2d_multiparam", "test_PReLU_3d_multiparam",
+                                  "test_BatchNorm2d_eval", "test_AvgPool2d"])
+def test_opset_6_models_match_their_exporters_outputs(case):
+    """ONNX Runtime has no opset-6 kernels, so the equivalence check compares with ONNX's conversion
+    to the canonical opset; these PyTorch exports (onnx's own backend test data, with PyTorch's
+    outputs) check the conversion itself, legacy per-channel PRelu slopes included."""
+    import glob
     import os
 
-    path = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/pytorch-converted/test_Linear/model.onnx")
-    original = onnx.load(path)
-    assert original.opset_import[0].version == 6
+    folder = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/pytorch-converted", case)
+    original = onnx.load(os.path.join(folder, "model.onnx"))
+    assert default_opset(original) == 6
     result = normalize(original)
-    assert result.opset_from == 6 and result.opset_to == CANONICAL_OPSET
+    assert result.opset_to == CANONICAL_OPSET
     assert any(e["pass"] == "equivalence_reference" for e in result.log)
     onnx.checker.check_model(result.model, full_check=True)
+    data = os.path.join(folder, "test_data_set_0")
+    x = onnx.numpy_helper.to_array(onnx.load_tensor(sorted(glob.glob(os.path.join(data, "input_*.pb")))[0]))
+    want = onnx.numpy_helper.to_array(onnx.load_tensor(os.path.join(data, "output_0.pb")))
+    feeds = {result.model.graph.input[0].name: x}
+    (got,) = run(result.model, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
