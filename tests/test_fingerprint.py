@@ -74,3 +74,29 @@ def test_kernel_model_scales_batch():
     k = group_kernels(m, infos)[0]
     km = kernel_model(m, k, infos, batch_scale=4)
     assert km.graph.input[0].type.tensor_type.shape.dim[0].dim_value == 4 * infos[k.inputs[0]].shape[0]
+
+
+def test_kernel_model_does_not_scale_a_weight_computed_from_constants():
+    """A Gemm weight made at run time by ConstantOfShape (old Caffe2 exports; too big to fold)
+    carries no batch: at batch 4 only the activation grows, and the kernel runs."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from metainfer_core.tensors import random_feeds
+
+    value = numpy_helper.from_array(np.array([0.02], np.float32), "")
+    nodes = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=value),
+             helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                          [numpy_helper.from_array(np.array([16, 32], np.int64), "w_shape"),
+                           numpy_helper.from_array(np.ones(16, np.float32), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    infos = tensor_infos(m)
+    gemm = next(k for k in group_kernels(m, infos) if k.op_type.startswith("Gemm"))
+    km = kernel_model(m, gemm, infos, batch_scale=4)
+    dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in km.graph.input}
+    assert dims == {"x": [4, 32], "w": [16, 32]}
+    (y,) = ort.InferenceSession(km.SerializeToString()).run(None, random_feeds(km))
+    assert y.shape == (4, 16)

@@ -28,13 +28,38 @@ class ProfileReport:
     seconds: float = 0.0
 
 
+_BATCHED: dict[int, tuple[onnx.ModelProto, set[str]]] = {}
+
+
+def batched_tensors(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from a fed graph input: only those carry the batch. A weight that a
+    node computes from constants (ConstantOfShape of a shape too big to fold) does not. Cached
+    per model object, since every kernel of a model asks."""
+    hit = _BATCHED.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    inits = {t.name for t in model.graph.initializer}
+    live = {i.name for i in model.graph.input if i.name not in inits}
+    for n in model.graph.node:      # topological order
+        # a node with a body may read live tensors from the outer scope: count it as batched
+        if any(i in live for i in n.input) or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                  for a in n.attribute):
+            live.update(o for o in n.output if o)
+    if len(_BATCHED) > 8:
+        _BATCHED.clear()
+    _BATCHED[id(model)] = (model, live)
+    return live
+
+
 def kernel_model(model: onnx.ModelProto, k: Kernel, infos: dict[str, TensorInfo], batch_scale: int = 1) -> onnx.ModelProto:
-    """The kernel alone: its activations become graph inputs (first dim scaled), its weights
-    are copied, its external outputs become graph outputs."""
+    """The kernel alone: its activations become graph inputs (first dim scaled where they carry
+    the batch), its weights are copied, its external outputs become graph outputs."""
+    batched = batched_tensors(model) if batch_scale != 1 else set()
+
     def vi(name: str, scale: bool) -> onnx.ValueInfoProto:
         info = infos[name]
         shape = list(info.shape)
-        if scale and shape:
+        if scale and shape and name in batched:
             shape[0] *= batch_scale
         return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(info.dtype), shape)
 
