@@ -1,11 +1,18 @@
-"""Rollback: the default path always exists. The chosen plan is the fastest verified candidate
-that ran, respects every hard bound, and beats the default by more than the measured noise;
-otherwise the default stays (rolled_back).
+"""Rollback: the default path always exists. A verified candidate is eligible when it ran,
+respects every hard bound, and pays:
+- it beats the default's latency by more than the measured noise, or
+- memory counts (weights.memory > 0), it needs at least MIN_MEM_GAIN less peak memory, and it is
+  not slower beyond noise (what `weights=embedded` asks for), or
+- the default itself does not fit the device memory and the candidate does.
+Among eligible candidates, the chosen one has the best score on measured values, the search's
+objective (w1 latency/default + w2 peak memory/default + w3 accuracy loss + change penalty x
+actions), and must score better than the default; without weights, the fastest is chosen.
+Otherwise the default stays (rolled_back).
 
 "Beyond noise" uses the interleaved rounds of verify: each round timed the default and the
 candidate back to back, so the per-round ratio candidate/default cancels slow drift of a shared
-machine. The candidate wins when a bootstrap upper bound (95th percentile) of the median ratio
-is below 1 - MIN_GAIN."""
+machine. Faster: the bootstrap upper bound (95th percentile) of the median ratio is below
+1 - MIN_GAIN; slower: its lower bound (5th percentile) is above 1 + MIN_GAIN."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,17 +21,37 @@ import numpy as np
 
 from metainfer_core.verify import Verified
 
-MIN_GAIN = 0.01      # never trust a gain below 1 %, whatever the statistics say
+MIN_GAIN = 0.01      # never trust a latency gain below 1 %, whatever the statistics say
+MIN_MEM_GAIN = 0.05  # a memory-driven plan must save at least 5 % of peak memory
 BOOTSTRAP = 400
 
 
-def ratio_bound(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float]:
-    """(median, 95th-percentile bootstrap bound) of the paired ratios cand/base."""
+@dataclass(frozen=True)
+class Objective:
+    """The search's weights (metainfer_core.settings.WeightSettings), applied to measured values."""
+    latency: float
+    memory: float
+    accuracy: float
+    change_penalty: float = 0.0
+
+    def score(self, latency_ratio: float, memory_ratio: float, loss: float, changes: int) -> float:
+        return (self.latency * latency_ratio + self.memory * memory_ratio + self.accuracy * loss
+                + self.change_penalty * changes)
+
+
+def ratio_bounds(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """(median, 5th, 95th percentile bootstrap bounds) of the median of the paired ratios cand/base."""
     n = min(len(base), len(cand))
     ratios = np.asarray(cand[:n]) / np.maximum(np.asarray(base[:n]), 1e-12)
     rng = np.random.default_rng(seed)
     medians = np.median(ratios[rng.integers(0, n, size=(BOOTSTRAP, n))], axis=1)
-    return float(np.median(ratios)), float(np.percentile(medians, 95))
+    return float(np.median(ratios)), float(np.percentile(medians, 5)), float(np.percentile(medians, 95))
+
+
+def ratio_bound(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float]:
+    """(median, 95th-percentile bootstrap bound) of the paired ratios cand/base."""
+    median, _, high = ratio_bounds(base, cand, seed)
+    return median, high
 
 
 @dataclass
@@ -34,29 +61,53 @@ class Decision:
     chosen: int | None       # index into the candidates, None for the default
 
 
-def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int) -> Decision:
+def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
+           objective: Objective | None = None, changes: list[int] | None = None) -> Decision:
+    """`changes`: how many actions each candidate applies (the change penalty's count)."""
     if not baseline.ok:
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
-    rejected = []
-    eligible = []
+    changes = changes or [0] * len(candidates)
+    default_fits = baseline.peak_mem_bytes <= memory_limit
+    base_mem = max(baseline.peak_mem_bytes, 1)
+    rejected, eligible = [], {}          # eligible: index -> (score, why it pays)
     for i, c in enumerate(candidates):
         if not c.ok:
             rejected.append(f"{c.label} failed to run ({c.error})")
-        elif c.accuracy_loss > max_loss:
+            continue
+        if c.accuracy_loss > max_loss:
             rejected.append(f"{c.label} loses {c.accuracy_loss:.4g} accuracy (bound {max_loss})")
-        elif c.peak_mem_bytes > memory_limit:
+            continue
+        if c.peak_mem_bytes > memory_limit:
             rejected.append(f"{c.label} needs {c.peak_mem_bytes} B (limit {memory_limit} B)")
-        else:
-            median, bound = ratio_bound(baseline.samples_ms, c.samples_ms)
-            if bound >= 1 - MIN_GAIN:
-                rejected.append(f"{c.label} {c.latency_ms:.4g} ms is not faster than the default "
-                                f"{baseline.latency_ms:.4g} ms beyond noise (paired ratio {median:.3f}, "
-                                f"95% bound {bound:.3f})")
-            else:
-                eligible.append(i)
+            continue
+        median, low, high = ratio_bounds(baseline.samples_ms, c.samples_ms)
+        mem_ratio = c.peak_mem_bytes / base_mem
+        faster = high < 1 - MIN_GAIN
+        saves_memory = (objective is not None and objective.memory > 0 and mem_ratio <= 1 - MIN_MEM_GAIN
+                        and low <= 1 + MIN_GAIN)
+        if not (faster or saves_memory or not default_fits):
+            rejected.append(f"{c.label} {c.latency_ms:.4g} ms is not faster than the default "
+                            f"{baseline.latency_ms:.4g} ms beyond noise (paired ratio {median:.3f}, "
+                            f"95% bound {high:.3f})" + (f" and saves {1 - mem_ratio:.0%} memory" if mem_ratio < 1 else ""))
+            continue
+        why = ("the default does not fit the device memory" if not default_fits else
+               f"{baseline.latency_ms / c.latency_ms:.2f}x" if faster else
+               f"{1 - mem_ratio:.0%} less peak memory ({c.peak_mem_bytes} vs {baseline.peak_mem_bytes} B) "
+               f"at latency ratio {median:.3f}")
+        if objective is None:
+            eligible[i] = (c.latency_ms, why)
+            continue
+        score = objective.score(median, mem_ratio, c.accuracy_loss, changes[i])
+        default_score = objective.score(1.0, 1.0, 0.0, 0)
+        if score >= default_score and default_fits:
+            rejected.append(f"{c.label} pays ({why}) but scores {score:.3f}, not better than the default's "
+                            f"{default_score:.3f} under the weights")
+            continue
+        eligible[i] = (score, why)
     if not eligible:
         return Decision("rolled_back", "; ".join(rejected) or "no candidate to verify", None)
-    best = min(eligible, key=lambda i: candidates[i].latency_ms)
+    best = min(eligible, key=lambda i: eligible[i][0])
     c = candidates[best]
+    scored = f", score {eligible[best][0]:.3f}" if objective is not None else ""
     return Decision("adapted", f"{c.label} verified at {c.latency_ms:.4g} ms vs default {baseline.latency_ms:.4g} ms "
-                               f"({baseline.latency_ms / c.latency_ms:.2f}x), accuracy loss {c.accuracy_loss:.3g}", best)
+                               f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}", best)

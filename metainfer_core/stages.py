@@ -16,7 +16,7 @@ from metainfer_core.accuracy import LossFn, degenerate_outputs, make_loss, plan_
 from metainfer_core.accuracy_guard import repair
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend, create_backend
-from metainfer_core.decide import Decision, decide
+from metainfer_core.decide import Decision, Objective, decide
 from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
 from metainfer_core.feedback import calibration_ratio, record_runtime, runtime_run
@@ -335,8 +335,15 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
                                        f"(limit {limit} B) and all {outcome.result.pruned['memory']} candidates over the "
                                        "limit were pruned; the default is kept but does not fit this device", None), None
         return Decision("default", "the search found no plan predicted to beat the default", None), None
-    d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes)
+    d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
+               objective(s), [c.changes for c in verified.plans])
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
+
+
+def objective(s: Settings) -> Objective:
+    """The search's weights, for choosing among verified plans on measured values."""
+    w = s.weights
+    return Objective(w.latency, w.memory, w.accuracy, w.change_penalty)
 
 
 def calibration_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,

@@ -90,7 +90,7 @@ def reverify_task(raw: dict) -> list[dict]:
         feeds = [random_feeds(default, seed=s.seed + i) for i in range(s.verify.samples)]
         base, cand = verify(backend, [("default", default), ("active", active)], feeds, run_cpu(default, feeds),
                             s.verify.runs, s.verify.warmup)
-        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes)
+        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes, stages.objective(s))
         if d.decision == "adapted":
             results.append(entry | {"decision": "kept", "reason": d.reason})
         else:

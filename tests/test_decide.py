@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metainfer_core.decide import decide
+from metainfer_core.decide import Objective, decide
 from metainfer_core.verify import Verified
 
 
@@ -39,3 +39,38 @@ def test_accuracy_memory_and_failures_reject():
     d = decide(v("default", 10.0), cands, max_loss=0.01, memory_limit=1000)
     assert d.decision == "rolled_back"
     assert "accuracy" in d.reason and "limit" in d.reason and "failed to run" in d.reason
+
+
+EMBEDDED = Objective(latency=1.0, memory=1.0, accuracy=1.0, change_penalty=0.02)
+LATENCY = Objective(latency=1.0, memory=0.0, accuracy=0.1, change_penalty=0.02)
+
+
+def test_memory_saving_plan_pays_when_memory_counts():
+    base, lean = v("default", 10.0, mem=1000), v("lean", 10.0, mem=600, seed=1)
+    kept = decide(base, [lean], max_loss=0.01, memory_limit=10**6, objective=EMBEDDED, changes=[1])
+    assert kept.decision == "adapted" and "less peak memory" in kept.reason
+    # latency-only weights: the same plan does not pay
+    assert decide(base, [lean], 0.01, 10**6, objective=LATENCY, changes=[1]).decision == "rolled_back"
+    # nor does a lean plan that is slower beyond noise
+    slow = v("slow", 11.0, mem=600, seed=1)
+    assert decide(base, [slow], 0.01, 10**6, objective=EMBEDDED, changes=[1]).decision == "rolled_back"
+
+
+def test_choice_follows_the_measured_score_not_the_fastest():
+    base = v("default", 10.0, mem=1000)
+    fast_fat, lean = v("fast_fat", 8.0, mem=1000, seed=1), v("lean", 8.5, mem=300, seed=2)
+    d = decide(base, [fast_fat, lean], 0.01, 10**6, objective=EMBEDDED, changes=[1, 1])
+    assert d.chosen == 1                                  # 0.85 + 0.3 beats 0.8 + 1.0
+    assert decide(base, [fast_fat, lean], 0.01, 10**6).chosen == 0     # no weights: the fastest
+
+
+def test_a_plan_that_fits_beats_a_default_that_does_not():
+    d = decide(v("default", 10.0, mem=5000), [v("tiled", 12.0, mem=800, seed=1)], 0.01, memory_limit=1000,
+               objective=LATENCY, changes=[2])
+    assert d.decision == "adapted" and "does not fit" in d.reason
+
+
+def test_change_penalty_can_outweigh_a_tiny_gain():
+    d = decide(v("default", 10.0, jitter=0.002), [v("busy", 9.8, jitter=0.002, seed=1)], 0.01, 10**6,
+               objective=Objective(1.0, 0.0, 0.0, change_penalty=0.05), changes=[1])
+    assert d.decision == "rolled_back" and "scores" in d.reason
