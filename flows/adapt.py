@@ -1,8 +1,9 @@
 """Adapt one model to one target:  python flows/adapt.py [hydra overrides]
 
 normalize -> profile -> train_predictor -> search -> verify -> rollback, as a Prefect flow
-(ephemeral, no server needed), recorded as one MLflow run. The last stdout line is
-`plan: <path to plan.json>`."""
+(ephemeral, no server needed), recorded as one MLflow run. With deploy.remote_verify=true the
+plans are timed by the deployment verify/<target> on the target's work pool. The last stdout
+line is `plan: <path to plan.json>`."""
 from __future__ import annotations
 
 import sys
@@ -17,6 +18,7 @@ from prefect import flow  # noqa: E402
 
 from tasks.adapt_tasks import (normalize_task, profile_task, rollback_task, search_task,  # noqa: E402
                                train_predictor_task, verify_task)
+from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
@@ -42,9 +44,12 @@ def adapt_flow(raw: dict) -> str:
         report = _timed(timings, "profile_s", profile_task, raw, prepared)
         cost_model, _ = _timed(timings, "train_s", train_predictor_task, raw, report.fingerprint_version)
         outcome = _timed(timings, "search_s", search_task, raw, prepared, cost_model)
-        verified = _timed(timings, "verify_s", verify_task, raw, prepared, outcome, cost_model)
+        if s.deploy.remote_verify:      # measured on the target's work pool, everything else here
+            verified, remote = _timed(timings, "verify_s", remote_verify_task, raw, prepared, outcome, cost_model)
+        else:
+            verified, remote = _timed(timings, "verify_s", verify_task, raw, prepared, outcome, cost_model), None
         folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
-                                     t0)
+                                     t0, remote)
         finish_run(s, run_id, plan, folder, model_name)
     except BaseException as exc:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}")

@@ -2,8 +2,9 @@
     python flows/deploy.py deploy=fleet targets=[fpga,asic] [other overrides]
 
 For every target (default: reprofile.targets) a process work pool named after it
-(deploy.work_pool) is created if missing, and the onboard and reprofile flows are deployed to it
-as onboard/<target> and reprofile/<target> (reprofile on the reprofile.cron schedule). A worker
+(deploy.work_pool) is created if missing, and the onboard, reprofile and verify flows are deployed
+to it as onboard/<target>, reprofile/<target> (on the reprofile.cron schedule) and verify/<target>
+(adapt runs it with deploy.remote_verify=true). A worker
 on the host that has the device (`prefect worker start --pool <target>`) runs them. The other
 overrides travel with the deployments: the worker composes the same config. Last stdout line:
 `deployed: <names>`."""

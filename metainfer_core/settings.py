@@ -180,6 +180,16 @@ class DeploySettings(_Strict):
     name: str = "embedded"
     prefect_api_url: str | None = None          # None: a temporary local Prefect server
     work_pool: str = "{target}"                 # a target's work pool ({target}: the target's name)
+    remote_verify: bool = False                 # adapt: verify on the target's pool (deployment verify/<target>)
+    remote_verify_timeout_s: float = Field(default=1800, gt=0)   # wait for that run at most this long
+
+    @model_validator(mode="after")
+    def _remote_needs_server(self) -> "DeploySettings":
+        if self.remote_verify and not self.prefect_api_url:
+            raise ValueError("deploy.remote_verify=true runs verify as a deployment on the target's work pool, which "
+                             "needs a Prefect server: use deploy=fleet (deploy.prefect_api_url) with "
+                             "tracking.fingerprint_db on the fleet's shared database")
+        return self
 
     @field_validator("prefect_api_url")
     @classmethod

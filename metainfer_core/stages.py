@@ -309,15 +309,17 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
 
 
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
-                 progress: Progress = print, cost_model: CostModel | None = None) -> VerifyOutcome:
+                 progress: Progress = print, cost_model: CostModel | None = None,
+                 measure: Callable[..., list[Verified]] = verify) -> VerifyOutcome:
+    """measure: verify()'s signature; another host's verify for deploy.remote_verify."""
     t0 = time.perf_counter()
     plans, repairs = _guard(s, prepared, backend, list(outcome.result.top) if outcome.result else [], cost_model,
                             progress)
     models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(plans)]
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
              f"{s.verify.runs} interleaved runs each")
-    results = verify(backend, models, prepared.feeds, prepared.reference, s.verify.runs, s.verify.warmup,
-                     prepared.loss_fn)
+    results = measure(backend, models, prepared.feeds, prepared.reference, s.verify.runs, s.verify.warmup,
+                      prepared.loss_fn)
     by_label = {v.label: v for v in results}
     for r in repairs:       # what pinning cost: the repaired plan against the plan it came from
         fixed, orig = by_label.get(r["repaired_as"]), by_label.get(r["candidate"])

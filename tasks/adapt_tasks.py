@@ -54,7 +54,7 @@ def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutc
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
                   cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
-                  timings: dict, started: float) -> tuple[Path, dict]:
+                  timings: dict, started: float, remote: dict | None = None) -> tuple[Path, dict]:
     """Decide, then write the run folder (chosen model, plan.json, feature map) atomically."""
     s = _settings(raw)
     backend = stages.make_backend(s)
@@ -77,6 +77,8 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
                           mlflow_run_id=mlflow_run_id)
         plan["calibration"] = calibration
+        if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
+            plan["verify_remote"] = remote
         folder.write_json("plan.json", plan)
         final = folder.commit()
     except BaseException:

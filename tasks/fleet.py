@@ -1,6 +1,7 @@
-"""Fleet deployments: one process work pool per target, and each target's onboard and reprofile
-flows deployed to it from this source tree, so the worker on the host that has the device runs
-them. Talks to the Prefect server of deploy.prefect_api_url (conf/deploy/fleet.yaml)."""
+"""Fleet deployments: one process work pool per target, and each target's onboard, reprofile and
+verify (adapt's deploy.remote_verify) flows deployed to it from this source tree, so the worker
+on the host that has the device runs them. Talks to the Prefect server of deploy.prefect_api_url
+(conf/deploy/fleet.yaml)."""
 from __future__ import annotations
 
 import asyncio
@@ -18,7 +19,8 @@ from tasks.compose import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # flow name -> entrypoint; a deployment is <flow>/<target>, e.g. reprofile/fpga
-ENTRYPOINTS = {"reprofile": "flows/reprofile.py:reprofile_flow", "onboard": "flows/onboard.py:onboard_flow"}
+ENTRYPOINTS = {"reprofile": "flows/reprofile.py:reprofile_flow", "onboard": "flows/onboard.py:onboard_flow",
+               "verify": "flows/verify.py:verify_flow"}      # verify: adapt's deploy.remote_verify
 
 
 def require_server(s: Settings) -> str:
@@ -60,10 +62,11 @@ def target_overrides(overrides: list[str], target: str) -> list[str]:
 
 
 def deploy_target(s: Settings, target: str, overrides: list[str]) -> list[str]:
-    """Deploy the target's onboard and reprofile flows to its work pool; returns their names."""
+    """Deploy the target's reprofile, onboard and verify flows to its work pool; returns their names."""
     pool, mine = s.deploy.pool(target), target_overrides(overrides, target)
     _, raw = load_settings(mine)          # onboard takes its composed config; reprofile composes at run time
-    parameters = {"reprofile": {"overrides": mine}, "onboard": {"raw": raw}}
+    # verify: adapt passes its own composed config and the request id at run time
+    parameters = {"reprofile": {"overrides": mine}, "onboard": {"raw": raw}, "verify": {"raw": raw}}
     names = []
     for flow_name, entrypoint in ENTRYPOINTS.items():
         flow = Flow.from_source(source=str(ROOT), entrypoint=entrypoint)
