@@ -1,7 +1,7 @@
 """Verification on the target: compile, warm up, then time the default plan and every
-candidate in interleaved rounds (A B C A B C ...) so drift of a shared machine hits all alike.
-Also peak memory and accuracy loss against the fp32 reference, computed from the outputs the
-target itself produced."""
+candidate in interleaved rounds (A B C, B C A, C A B ...) so drift of a shared machine, and the
+position within a round, hit all alike. Also peak memory and accuracy loss against the fp32
+reference, computed from the outputs the target itself produced."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -51,12 +51,34 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
         except Exception as exc:  # noqa: BLE001 - a candidate that fails to run is rejected, not fatal
             res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             compiled.append(None)
-    for _ in range(runs):
-        for c, res in zip(compiled, results):
-            if c is not None:
-                res.samples_ms.append(c.time_once(feeds[0]))
+    live = [(c, res) for c, res in zip(compiled, results) if c is not None]
+    # sessions created later run a few % faster on ONNX Runtime (measured: an A/A copy of the
+    # default, created after it, ~3 % faster), so the default is also compiled last and its
+    # two sessions' times are averaged per round
+    late = _late_twin(backend, models[0][1], feeds, warmup) if len(live) > 1 and compiled[0] is not None else None
+    if late is not None:
+        live.append((late, Verified("default (late)")))
+    for r in range(runs):
+        # each round starts at the next plan: the first run of a round (after the previous
+        # round's last plan evicted its caches) would otherwise always fall on the default
+        k = r % len(live) if live else 0
+        for c, res in live[k:] + live[:k]:
+            res.samples_ms.append(c.time_once(feeds[0]))
+    if late is not None:
+        early, twin = results[0].samples_ms, live[-1][1].samples_ms
+        results[0].samples_ms = [(a + b) / 2 for a, b in zip(early, twin)]
     for res in results:
         if res.samples_ms:
             arr = np.asarray(res.samples_ms)
             res.latency_ms, res.p90_ms = float(np.median(arr)), float(np.percentile(arr, 90))
     return results
+
+
+def _late_twin(backend: Backend, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], warmup: int):
+    try:
+        c = backend.compile(model)
+        for _ in range(warmup):
+            c.time_once(feeds[0])
+        return c
+    except Exception:  # noqa: BLE001 - it compiled once already; without a twin the first session alone counts
+        return None
