@@ -50,7 +50,7 @@ def carry_over(old_folder: Path, new_folder: Path, version: str, records: list[d
         return None
     t0 = time.perf_counter()
     old = CostModel.load(old_folder)
-    descs, ms, _ = kernel_rows(records)
+    descs, ms, _ = kernel_rows(records, old.spec)    # the label the previous model learned (p10 on measured targets)
     fresh = [i for i, r in enumerate(records) if r["source"] != "carried"]
     held = set(fresh[::HOLD_OUT_EVERY]) if len(fresh) >= HOLD_OUT_EVERY else set()
     train_idx = [i for i in range(len(records)) if i not in held]

@@ -18,7 +18,8 @@ import onnx
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.kernels import Kernel, group_kernels
-from metainfer_core.predictor import plan_features
+from metainfer_core.predictor import in_graph, plan_features
+from metainfer_core.predictor.labels import latency_ms
 from metainfer_core.predictor.correction import Correction
 from metainfer_core.predictor.kernel_model import LATENCY_PARAMS, KernelModel
 from metainfer_core.predictor.plan_graph import describe_kernels
@@ -50,10 +51,11 @@ class PredictorMeta:
         return f"{self.fingerprint_version}/r{self.revision}"
 
 
-def kernel_rows(records: list[dict]) -> tuple[list[dict], np.ndarray, np.ndarray | None]:
-    """(kernel descriptors, latency ms, peak bytes or None) of library records."""
+def kernel_rows(records: list[dict], spec: TargetSpec | None = None
+                ) -> tuple[list[dict], np.ndarray, np.ndarray | None]:
+    """(kernel descriptors, latency ms (labels.latency_ms), peak bytes or None) of library records."""
     feats = [record_descriptor(r) for r in records]
-    ms = np.array([max(r["median_ms"], 1e-6) for r in records])
+    ms = np.array([max(latency_ms(r, spec), 1e-6) for r in records])
     mem = [r.get("peak_mem_bytes") for r in records]
     peak = np.array(mem, dtype=np.float64) if all(m is not None and m > 0 for m in mem) else None
     return feats, ms, peak
@@ -78,7 +80,7 @@ class CostModel:
         t0 = time.perf_counter()
         spec = spec or TargetSpec()
         params = dict(params or LATENCY_PARAMS, random_seed=seed)
-        feats, ms, peak = kernel_rows(records)
+        feats, ms, peak = kernel_rows(records, spec)
         mape = float("nan")
         if validate:       # kernel-level check on a random fifth, before the final fit on all
             val = np.random.default_rng(seed).random(len(records)) < 0.2
@@ -86,8 +88,8 @@ class CostModel:
                 probe = KernelModel.fit([f for f, v in zip(feats, val) if not v], ms[~val], spec, params=params)
                 pred = probe.predict_ms([f for f, v in zip(feats, val) if v])
                 mape = float(np.mean(np.abs(pred - ms[val]) / ms[val]))
-        km = KernelModel.fit(feats, ms, spec, peak, params=params)
         runs = [r for r in (plan_runs or []) if r.get("graph", {}).get("kernels")]
+        km = KernelModel.fit(feats, ms, spec, peak, params=params, in_graph=in_graph.training_rows(runs))
         correction = fit_correction(km, runs, ridge)
         metrics = {}
         if runs:   # the ratio drift checks compare against (calibration.check)
@@ -118,13 +120,14 @@ class CostModel:
 
     # ---- prediction -------------------------------------------------------------------
     def predict_kernels_ms(self, kernels: list[Kernel]) -> np.ndarray:
-        """Standalone latency of each kernel (what a micro-benchmark would measure)."""
+        """Latency of each kernel of a graph: inside it for a contextual kernel model (one that
+        learned in-graph times), else standalone (what a micro-benchmark would measure)."""
         if not kernels:
             return np.zeros(0)
         return self.predict_graph_kernels_ms(describe_kernels(kernels))
 
     def predict_graph_kernels_ms(self, graph: dict) -> np.ndarray:
-        return self.kernels.predict_ms(graph["kernels"])
+        return self.kernels.predict_many([graph["kernels"]])[0]
 
     def predict_graph_ms(self, graph: dict, kernel_ms: np.ndarray | None = None) -> float:
         """Whole-model latency of a described plan (plan_graph): kernels plus correction."""
@@ -188,7 +191,7 @@ def fit_correction(km: KernelModel, runs: list[dict], ridge: float) -> Correctio
         return Correction.identity()
     preds = km.predict_many([r["graph"]["kernels"] for r in runs])
     X = plan_features.matrix([r["graph"] for r in runs], preds, km.spec)
-    return Correction.fit(X, np.array([r["median_ms"] for r in runs]), [r["model"] for r in runs], ridge)
+    return Correction.fit(X, np.array([latency_ms(r, km.spec) for r in runs]), [r["model"] for r in runs], ridge)
 
 
 def load_or_train(records: list[dict], fingerprint_version: str, folder: Path, seed: int = 0, *,

@@ -1,6 +1,7 @@
 """The offline training set of one target: micro-benchmarks of every kernel of every
 candidate plan of the zoo models (into the fingerprint library), plus whole-model runs of
-those plans (stored in the library too, with each plan's kernel graph). What is already in
+those plans (stored in the library too, with each plan's kernel graph and, on a measured
+target with a profiler, each kernel's time inside the graph: in_graph). What is already in
 the library for this fingerprint version is not measured again."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
 from metainfer_core.fingerprint.profiler import distinct_kernels, kernel_model, profile
 from metainfer_core.kernels import group_kernels
 from metainfer_core.normalize import normalize
+from metainfer_core.predictor import in_graph
 from metainfer_core.predictor.plan_graph import describe
 from metainfer_core.predictor.plans import Plan, candidate_plans
 from metainfer_core.tensors import random_feeds
@@ -55,24 +57,26 @@ class BuildReport:
     skipped: list[str] = field(default_factory=list)
 
 
-def measure_plans(backend: Backend, models: list[onnx.ModelProto], feed: dict[str, np.ndarray], runs: int,
-                  warmup: int) -> list[Timing | None]:
+def measure_plans(backend: Backend, models: list[onnx.ModelProto], feed: dict[str, np.ndarray] | list[dict],
+                  runs: int, warmup: int) -> list[Timing | None]:
     """Whole-model latency of each graph, timed in interleaved rounds (A B C A B C ...) so a
-    shared machine's drift hits all alike; None for a graph the target cannot run."""
+    shared machine's drift hits all alike; None for a graph the target cannot run. `feed`:
+    one for all graphs, or one per graph."""
+    feeds = feed if isinstance(feed, list) else [feed] * len(models)
     compiled = []
-    for m in models:
+    for m, f in zip(models, feeds):
         try:
             c = backend.compile(m)
             for _ in range(max(warmup, 1)):
-                c.time_once(feed)
+                c.time_once(f)
             compiled.append(c)
         except Exception:  # noqa: BLE001 - a plan that fails to run is left out, not fatal
             compiled.append(None)
     samples: list[list[float]] = [[] for _ in models]
     for _ in range(runs):
-        for c, out in zip(compiled, samples):
+        for c, f, out in zip(compiled, feeds, samples):
             if c is not None:
-                out.append(c.time_once(feed))
+                out.append(c.time_once(f))
     return [Timing.from_samples(s) if s else None for s in samples]
 
 
@@ -93,12 +97,20 @@ def record_keys(plans: list[onnx.ModelProto], batch_gradient: list[int]) -> list
 
 def build(backend: Backend, library: FingerprintLibrary, entries: list[ZooEntry], space: dict[str, dict[str, Any]],
           batch_gradient: list[int], reps: int, warmup: int, runs: int, plan_depth: int = 2, max_plans: int = 40,
-          progress: Progress | None = None, plan_warmup: int | None = None) -> BuildReport:
+          progress: Progress | None = None, plan_warmup: int | None = None,
+          profile_runs: int = in_graph.PROFILE_RUNS) -> BuildReport:
     info = backend.info
     version = library.register_version(info)
     report = BuildReport(version)
     t0 = time.perf_counter()
     done = {m for m, _ in library.known_plans(version)}
+    # on a measured target every new plan of every model is timed (and profiled) in the same
+    # interleaved rounds: a shared machine's load, which moves by tens of percent from minute
+    # to minute, then hits all models alike instead of scaling each model's runs by the load of
+    # its own minute. A simulator's noise does not drift: each model's plans right after its
+    # micro-benchmarks, as always.
+    together = info.measurement == "measured"
+    todo: list[tuple[ZooEntry, list[Plan], list[str]]] = []
     for e in entries:
         if e.name in done:      # this version already holds the model's plans
             report.plans_reused += len(library.plan_runs(version, source="zoo", model=e.name))
@@ -109,21 +121,48 @@ def build(backend: Backend, library: FingerprintLibrary, entries: list[ZooEntry]
         prof = profile(backend, library, models, batch_gradient, reps, warmup)
         report.kernels_measured += prof.measured
         report.kernels_reused += prof.reused
-        keys = record_keys(models, batch_gradient)
-        timings = measure_plans(backend, models, e.feeds[0], runs, warmup if plan_warmup is None else plan_warmup)
+        todo.append((e, plans, record_keys(models, batch_gradient)))
+        if progress:
+            progress(f"train set: {e.name}: {len(plans)} plans, {prof.measured} kernels measured "
+                     f"({prof.reused} reused)")
+        if not together:
+            _time_and_store(backend, library, todo, runs, warmup if plan_warmup is None else plan_warmup, 0, report)
+            todo = []
+    if todo:
+        n = _time_and_store(backend, library, todo, runs, warmup if plan_warmup is None else plan_warmup,
+                            profile_runs, report)
+        if progress:
+            progress(f"train set: {n} plans of {len(todo)} models timed together ({runs} interleaved rounds, "
+                     f"then profiled in graph over {profile_runs})")
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def _time_and_store(backend: Backend, library: FingerprintLibrary, todo: list[tuple[ZooEntry, list[Plan], list[str]]],
+                    runs: int, warmup: int, profile_runs: int, report: BuildReport) -> int:
+    """Time the plans of `todo` in one interleaved set of rounds, profile them in graph where
+    the backend can (in_graph), store the runs; returns how many plans were timed."""
+    info = backend.info
+    flat = [(e, p) for e, plans, _ in todo for p in plans]
+    models = [p.model for _, p in flat]
+    feeds = [e.feeds[0] for e, _ in flat]
+    timings = measure_plans(backend, models, feeds, runs, warmup)
+    profiles = in_graph.profile_plans(backend, models, feeds, profile_runs)
+    i = 0
+    for e, plans, keys in todo:
         stored = []
-        for p, t in zip(plans, timings):
+        for p in plans:
+            t, profiled = timings[i], profiles[i]
+            i += 1
             if t is None:
                 report.skipped.append(f"{e.name}: {p.label} does not run on {info.name}")
                 continue
             graph = describe(p.model)
+            if profiled is not None:
+                graph[in_graph.KEY] = profiled
             graph["record_keys"] = keys if not p.steps else []    # once per model, on its default plan
             stored.append(PlanRun(e.name, p.key, p.label, graph, t, source="zoo"))
         report.plans_measured += library.add_plan_runs(info, stored)
         report.plans += len(plans)
         report.models += 1
-        if progress:
-            progress(f"train set: {e.name}: {len(plans)} plans, {prof.measured} kernels measured "
-                     f"({prof.reused} reused)")
-    report.seconds = time.perf_counter() - t0
-    return report
+    return len(flat)

@@ -21,6 +21,7 @@ import numpy as np
 from metainfer_core.errors import MetaInferError
 from metainfer_core.predictor import plan_features
 from metainfer_core.predictor.cost_model import CostModel, PredictorMeta, fit_correction, kernel_rows, predict_runs
+from metainfer_core.predictor.labels import latency_ms
 from metainfer_core.predictor.store import PredictorStore
 
 RATIO_CLAMP = (0.1, 10.0)
@@ -43,7 +44,7 @@ def mape(cm: CostModel, runs: list[dict]) -> float:
     if not runs:
         return float("nan")
     whole = predict_runs(cm.kernels, cm.correction, runs)
-    y = np.array([r["median_ms"] for r in runs])
+    y = np.array([latency_ms(r, cm.spec) for r in runs])
     return float(np.mean(np.abs(whole - y) / y))
 
 
@@ -63,9 +64,9 @@ def pseudo_labels(cm: CostModel, runs: list[dict], known: set[str] | None = None
         if not free.any():
             free[:] = True
         share = float(w[free] @ p[free])
-        ratio = 1.0 + (r["median_ms"] - whole) / share if share > 0 else 1.0
+        ratio = 1.0 + (latency_ms(r, cm.spec) - whole) / share if share > 0 else 1.0
         labels.extend(np.where(free, p * float(np.clip(ratio, *RATIO_CLAMP)), p))
-        descs.extend(graph["kernels"])
+        descs.extend(cm.kernels.graph_descs(graph["kernels"]))     # in their context, as predicted
     return descs, np.array(labels)
 
 
@@ -85,7 +86,7 @@ def fine_tune(folder: Path, runtime_runs: list[dict], held_out_runs: list[dict],
     t0 = time.perf_counter()
     cm = CostModel.load(folder, current)
     descs, labels = pseudo_labels(cm, runtime_runs, {r["kernel_key"] for r in records})
-    rec_descs, rec_ms, _ = kernel_rows(records)
+    rec_descs, rec_ms, _ = kernel_rows(records, cm.spec)
     w = np.concatenate([np.full(len(descs), weight), np.ones(len(rec_descs))])
     kernels = cm.kernels.continue_fit(descs + rec_descs, np.concatenate([labels, rec_ms]), iterations, learning_rate, w)
     # the correction re-learns over every run, the new ones included, on the new kernel predictions

@@ -23,6 +23,11 @@ TARGET_NUMERIC = ["on_device", "log_dtype_gflops", "fits_sram", "log_compute_us"
                   "log_host_us", "align_pad", "launch_us"]
 CAT_FEATURES = CATEGORICAL + EXTRA_CATEGORICAL
 ALL_FEATURES = CAT_FEATURES + NUMERIC + TARGET_NUMERIC
+# a kernel's place in its graph (graph_context), for kernel models that learn in-graph costs:
+# a micro-benchmark's kernel is "standalone"
+CONTEXT_CATEGORICAL = ["context", "producer", "consumer"]
+CONTEXT_NUMERIC = ["producer_fan_out", "act_signed"]   # signed int8 activations: another integer kernel
+STANDALONE = "standalone"
 _FIGURES = ("sram_bytes", "sram_gbps", "dram_gbps", "link_gbps", "host_gflops", "host_gbps", "launch_overhead_us",
             "channel_align")
 
@@ -153,10 +158,23 @@ def baseline_ms(df: pd.DataFrame) -> np.ndarray:
     return np.maximum(us, 1e-3) / 1e3
 
 
-def frame(descs: list[dict], t: TargetSpec) -> pd.DataFrame:
-    df = pd.DataFrame([join(d, t) for d in descs], columns=ALL_FEATURES)
-    for c in CAT_FEATURES:
+def cat_features(contextual: bool = False) -> list[str]:
+    return CAT_FEATURES + (CONTEXT_CATEGORICAL if contextual else [])
+
+
+def frame(descs: list[dict], t: TargetSpec, contextual: bool = False) -> pd.DataFrame:
+    """One row per descriptor; with `contextual`, also where the kernel sits in its graph
+    (descriptors without a place, micro-benchmarks, are "standalone")."""
+    rows = [join(d, t) for d in descs]
+    columns = ALL_FEATURES
+    if contextual:
+        columns = ALL_FEATURES + CONTEXT_CATEGORICAL + CONTEXT_NUMERIC
+        for row, d in zip(rows, descs):
+            row.update({c: d.get(c, STANDALONE) for c in CONTEXT_CATEGORICAL})
+            row.update({c: d.get(c, float("nan")) for c in CONTEXT_NUMERIC})
+    df = pd.DataFrame(rows, columns=columns)
+    for c in cat_features(contextual):
         df[c] = df[c].astype(str)
-    for c in NUMERIC + TARGET_NUMERIC:
+    for c in NUMERIC + TARGET_NUMERIC + (CONTEXT_NUMERIC if contextual else []):
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(np.float64)
     return df

@@ -15,9 +15,10 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.stats import spearmanr
 
-from metainfer_core.predictor import plan_features
+from metainfer_core.predictor import in_graph, plan_features
 from metainfer_core.predictor.cost_model import CostModel, fit_correction, kernel_rows
 from metainfer_core.predictor.kernel_model import LATENCY_PARAMS, KernelModel
+from metainfer_core.predictor.labels import latency_ms
 from metainfer_core.predictor.target_join import TargetSpec
 
 WITHIN = 0.10
@@ -64,7 +65,7 @@ def held_out_split(records: list[dict], plan_runs: list[dict], model: str,
 def score(cm_kernels: KernelModel, correction, runs: list[dict]) -> list[Scored]:
     preds = cm_kernels.predict_many([r["graph"]["kernels"] for r in runs])
     whole = correction.apply(plan_features.matrix([r["graph"] for r in runs], preds, cm_kernels.spec)) if runs else []
-    return [Scored(r["model"], r["label"], r["median_ms"], float(w), float(p.sum()))
+    return [Scored(r["model"], r["label"], latency_ms(r, cm_kernels.spec), float(w), float(p.sum()))
             for r, p, w in zip(runs, preds, whole)]
 
 
@@ -110,13 +111,13 @@ def leave_one_model_out(records: list[dict], plan_runs: list[dict], spec: Target
     kernel_errors: list[np.ndarray] = []
     for model in sorted({r["model"] for r in plan_runs}):
         train_records, train_runs, test_runs = held_out_split(records, plan_runs, model, prov)
-        feats, ms, _ = kernel_rows(train_records)
-        km = KernelModel.fit(feats, ms, spec, params=params)
+        feats, ms, _ = kernel_rows(train_records, spec)
+        km = KernelModel.fit(feats, ms, spec, params=params, in_graph=in_graph.training_rows(train_runs))
         scored.extend(score(km, fit_correction(km, train_runs, ridge), test_runs))
         kept = {r["kernel_key"] for r in train_records}
         left_out = [r for r in records if r["kernel_key"] not in kept]
         if left_out:        # the micro-benchmarks only this model had
-            feats, ms, _ = kernel_rows(left_out)
+            feats, ms, _ = kernel_rows(left_out, spec)
             kernel_errors.append(np.abs(km.predict_ms(feats) - ms) / ms)
     overall, per_model = metrics(scored)
     overall["kernel_mape"] = float(np.concatenate(kernel_errors).mean()) if kernel_errors else float("nan")
