@@ -26,6 +26,17 @@ _LEVELS = {"ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
            "ORT_ENABLE_ALL": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
 
 
+def end_profiling(sess: ort.InferenceSession) -> list[dict[str, Any]]:
+    """Stop a profiling session and return its events; the trace file and its folder go."""
+    path = sess.end_profiling()
+    try:
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.remove(path)
+        os.rmdir(os.path.dirname(path))
+
+
 def _cpu_name() -> str:
     try:
         for line in open("/proc/cpuinfo"):
@@ -101,13 +112,7 @@ class OrtBackend(Backend):
         sess = self.new_session(model_bytes, profile=True)
         for _ in range(runs):
             sess.run(None, feeds)
-        path = sess.end_profiling()
-        try:
-            with open(path) as f:
-                return json.load(f)
-        finally:
-            os.remove(path)
-            os.rmdir(os.path.dirname(path))
+        return end_profiling(sess)
 
     def probe_peak_memory(self, model_bytes: bytes, feeds: dict[str, np.ndarray]) -> int:
         opts = {"providers": self.providers, "intra_op_threads": int(self.spec.get("intra_op_threads", 0)),

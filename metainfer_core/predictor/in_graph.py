@@ -20,8 +20,6 @@ The result is stored inside the plan run's `graph` JSON (key `in_graph`), so the
 needs no new table and the kernel model learns in-graph costs beside the micro-benchmarks."""
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections import defaultdict
 from typing import Any
@@ -29,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from metainfer_core.backends.ort_backend import end_profiling
 from metainfer_core.kernels import Kernel, group_kernels
 from metainfer_core.predictor.graph_context import in_context
 from metainfer_core.tensors import tensor_infos
@@ -138,19 +137,9 @@ def profile_plans(backend, models: list[onnx.ModelProto], feeds: list[dict[str, 
         if sess is None:
             out.append(None)
             continue
-        times = node_times(_end_profiling(sess), skip_first=True)
+        times = node_times(end_profiling(sess), skip_first=True)
         out.append(attribute(m, group_kernels(m, tensor_infos(m)), times) if times else None)
     return out
-
-
-def _end_profiling(sess) -> list[dict[str, Any]]:
-    path = sess.end_profiling()
-    try:
-        with open(path) as f:
-            return json.load(f)
-    finally:
-        os.remove(path)
-        os.rmdir(os.path.dirname(path))
 
 
 def training_rows(plan_runs: list[dict]) -> tuple[list[dict], np.ndarray]:
