@@ -21,7 +21,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins
+from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins, wiring
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
 
@@ -192,11 +192,7 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
     chosen = [n for n in g.node if n.name in wanted and n.op_type in ALL_OPS and len(n.output) == 1
               and is_float(n.output[0]) and any(is_float(i) for i in n.input)]
     chosen_ids = {id(n) for n in chosen}
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            consumers[i].append(n)
-    producer = {o: n for n in g.node for o in n.output}
+    producer, consumers = wiring(g)
 
     # Relu/Clip right after a quantized op: its saturating output quantization computes them
     folded: set[int] = set()

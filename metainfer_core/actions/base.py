@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import itertools
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -113,6 +113,16 @@ class Action(ABC):
 
     @abstractmethod
     def apply(self, model: onnx.ModelProto, site: Site, params: dict[str, Any], ctx: ActionContext) -> onnx.ModelProto: ...
+
+
+def wiring(graph: onnx.GraphProto) -> tuple[dict[str, onnx.NodeProto], defaultdict[str, list[onnx.NodeProto]]]:
+    """(tensor -> the node writing it, tensor -> the nodes reading it as a direct input)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    consumers: defaultdict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for n in graph.node:
+        for i in n.input:
+            consumers[i].append(n)
+    return producer, consumers
 
 
 def has_op(model: onnx.ModelProto, *ops: str) -> bool:

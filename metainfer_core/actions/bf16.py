@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, commit_rewrite, derived, infos_of, lowered
+from metainfer_core.actions.base import Action, Param, commit_rewrite, derived, infos_of, lowered, wiring
 from metainfer_core.actions.fp16 import COMPUTE_OPS, lossy_sites
 from metainfer_core.kernels import PRECISION_KEY, set_node_meta
 from metainfer_core.normalize.graph_utils import clone
@@ -42,11 +42,7 @@ def to_bf16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
     chosen = [n for n in g.node if n.name in nodes and len(n.output) == 1 and is_act(n.output[0])
               and any(is_act(i) for i in n.input)]
     chosen_ids = {id(n) for n in chosen}
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            consumers[i].append(n)
+    producer, consumers = wiring(g)
     before: dict[int, list[onnx.NodeProto]] = defaultdict(list)
     after: dict[int, list[onnx.NodeProto]] = defaultdict(list)
     head: list[onnx.NodeProto] = []

@@ -13,13 +13,12 @@ siblings: Conv_i(x) sharing the input x, same stride and dilation, group 1  =>  
 Merged nodes are named "<a>&<b>" so later steps know where they came from."""
 from __future__ import annotations
 
-from collections import defaultdict
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import MERGED, Action, Param, Site, cached, missing_ops, opset_of
+from metainfer_core.actions.base import MERGED, Action, Param, Site, cached, missing_ops, opset_of, wiring
 from metainfer_core.normalize.graph_utils import attr_value, clone
 
 _FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
@@ -44,10 +43,7 @@ class _Graph:
         g = model.graph
         self.inits = {i.name: i for i in g.initializer}
         self.outputs = {o.name for o in g.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-        for n in g.node:
-            for i in n.input:
-                self.consumers[i].append(n)
+        _, self.consumers = wiring(g)
         self.nodes = list(g.node)
 
 

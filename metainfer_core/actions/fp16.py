@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, commit_rewrite, derived, infos_of, lowered
+from metainfer_core.actions.base import Action, Param, Site, commit_rewrite, derived, infos_of, lowered, wiring
 from metainfer_core.normalize.graph_utils import clone
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
@@ -63,11 +63,7 @@ def to_fp16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
     half = [n for n in g.node if n.name in nodes and n.op_type in HALF_OPS and n.domain in ("", "ai.onnx")
             and any(f32(t) for t in n.input)]
     half_ids = {id(n) for n in half}
-    producer = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            consumers[i].append(n)
+    producer, consumers = wiring(g)
     after: dict[int, list[onnx.NodeProto]] = defaultdict(list)
     head: list[onnx.NodeProto] = []
     new_inits: list[onnx.TensorProto] = []

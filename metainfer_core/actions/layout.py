@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of
+from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of, wiring
 from metainfer_core.kernels import ADAPTER, LAYOUT_KEY, TO_NCHW, TO_NHWC, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -38,11 +38,7 @@ class _View:
         self.g = g
         self.infos = infos if infos is not None else tensor_infos(model)
         self.inits = {i.name: i for i in g.initializer}
-        self.producer = {o: n for n in g.node for o in n.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-        for n in g.node:
-            for i in n.input:
-                self.consumers[i].append(n)
+        self.producer, self.consumers = wiring(g)
         self.outputs = {o.name for o in g.output}
 
     def is_4d(self, t: str) -> bool:

@@ -17,13 +17,13 @@ intermediates are largest (where the peak is)."""
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of, missing_ops, opset_of
+from metainfer_core.actions.base import (Action, Param, Site, cached, commit_rewrite, derived, infos_of, missing_ops,
+                                         opset_of, wiring)
 from metainfer_core.kernels import FUSION_KEY, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -62,11 +62,7 @@ class _Chains:
         self._sizes: dict[str, int] = {}
         self.inits = {i.name: i for i in g.initializer}
         self.outputs = {o.name for o in g.output}
-        self.producer = {o: n for n in g.node for o in n.output}
-        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-        for n in g.node:
-            for i in n.input:
-                self.consumers[i].append(n)
+        self.producer, self.consumers = wiring(g)
 
     def _const(self, t: str) -> bool:
         """A parameter: an initializer, or computed from initializers only (a weight's DQ)."""
