@@ -48,12 +48,6 @@ def ratio_bounds(base: list[float], cand: list[float], seed: int = 0) -> tuple[f
     return float(np.median(ratios)), float(np.percentile(medians, 5)), float(np.percentile(medians, 95))
 
 
-def ratio_bound(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float]:
-    """(median, 95th-percentile bootstrap bound) of the paired ratios cand/base."""
-    median, _, high = ratio_bounds(base, cand, seed)
-    return median, high
-
-
 @dataclass
 class Decision:
     decision: str            # adapted | rolled_back

@@ -13,12 +13,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from metainfer_core import stages
 from metainfer_core.fingerprint.library import FingerprintLibrary
+from metainfer_core.predictor import offline
 from metainfer_core.predictor.cost_model import CostModel, PredictorMeta, kernel_rows
 from metainfer_core.predictor.store import PredictorStore
+from metainfer_core.reprofile import DriftReport
+from metainfer_core.settings import Settings
 
 HOLD_OUT_EVERY = 4          # every 4th re-measured kernel judges the fine-tune
 
@@ -91,3 +96,36 @@ def has_new_runtime_runs(library: FingerprintLibrary, version: str, folder: Path
     next re-profiling fine-tunes on when the version has not changed."""
     last = CostModel.load(folder).meta.last_run_id
     return any(r["source"] == "runtime" and r["id"] > last for r in library.plan_runs(version))
+
+
+def refresh(s: Settings, report: DriftReport, progress: Callable[[str], None] = print) -> dict | None:
+    """After a drift check: a new fingerprint version's predictor is fine-tuned from the previous
+    version's (trained afresh when there is none, or when fine-tuning would predict worse); on
+    the same version, the runtime runs stored since the predictor learned fine-tune it. Either
+    way the predictor is no longer stale. None when there was nothing to refresh."""
+    p = s.predictor
+    library = FingerprintLibrary(s.tracking.fingerprint_db)
+    folder = stages.predictor_folder(s, report.new_version)
+    out = None
+    if report.version_changed:
+        carried = carry_over(stages.predictor_folder(s, report.old_version), folder, report.new_version,
+                             library.training_records(report.new_version), library.plan_runs(report.new_version),
+                             s.reprofile.fine_tune_iterations, s.reprofile.fine_tune_learning_rate,
+                             p.fine_tune_tolerance)
+        accepted = carried is not None and carried.accepted
+        if carried is not None:
+            progress(f"reprofile: predictor {'fine-tuned' if accepted else 'not fine-tuned'}: {carried.reason}")
+        revision = carried.revision if accepted else stages.train_stage(s, report.new_version, progress)[0].meta.revision
+        out = {"version": report.new_version, "action": "fine_tuned" if accepted else "trained",
+               "carry_over": carried.as_dict() if carried else None, "revision": revision}
+    elif PredictorStore(folder).current() is not None and has_new_runtime_runs(library, report.new_version, folder):
+        tuned = offline.fine_tune_from_library(library, report.new_version, folder, p.fine_tune_iterations,
+                                               p.fine_tune_learning_rate, p.fine_tune_weight, p.fine_tune_tolerance,
+                                               p.ridge)
+        progress(f"reprofile: predictor fine-tune on runtime runs {'kept' if tuned.accepted else 'refused'}: "
+                 f"{tuned.reason}")
+        out = {"version": report.new_version, "action": "fine_tuned" if tuned.accepted else "fine_tune_refused",
+               "revision": tuned.current, "runtime_runs": tuned.n_runs, "reason": tuned.reason}
+    if out is not None:
+        PredictorStore(folder).clear_stale()
+    return out

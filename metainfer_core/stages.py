@@ -175,6 +175,11 @@ def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: P
     return report
 
 
+def predictor_folder(s: Settings, fingerprint_version: str) -> Path:
+    """Where a fingerprint version's predictor revisions live."""
+    return s.artifacts / "predictors" / fingerprint_version
+
+
 def train_stage(s: Settings, fingerprint_version: str, progress: Progress = print) -> tuple[CostModel, bool]:
     """The predictor of this fingerprint version: kernel records plus whole-model runs (zoo
     runs from flows/train.py, runtime runs from verify and deployments). The current revision
@@ -183,7 +188,7 @@ def train_stage(s: Settings, fingerprint_version: str, progress: Progress = prin
     from metainfer_core.predictor import PredictorStore, TargetSpec, calibration, kernel_params
 
     library = FingerprintLibrary(s.tracking.fingerprint_db)
-    folder = s.artifacts / "predictors" / fingerprint_version
+    folder = predictor_folder(s, fingerprint_version)
     p = s.predictor
     if p.frozen and PredictorStore(folder).current() is not None:
         cm = CostModel.load(folder)

@@ -6,16 +6,13 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from metainfer_core import stages
+from metainfer_core.stages import predictor_folder  # noqa: F401 - flows/train.py takes it from here
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import dataset, offline
 from metainfer_core.predictor.fine_tune import FineTuneResult
 from metainfer_core.predictor.target_join import TargetSpec
 from metainfer_core.settings import Settings, validate_settings
 from tasks.adapt_tasks import _progress
-
-
-def predictor_folder(s: Settings, version: str):
-    return s.artifacts / "predictors" / version
 
 
 @task(name="build_training_set", cache_policy=NO_CACHE)
