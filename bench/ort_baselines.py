@@ -1,12 +1,10 @@
 """What a user would try instead of meta-infer: ONNX Runtime's own quantizers over the whole
 model with their defaults, `quantize_static` (QDQ, calibrated on the same inputs adapt used)
 and `quantize_dynamic`, timed beside the default plan and meta-infer's plan with verify's
-method (the cpu target's sessions, one time_once per plan per round, rounds interleaved, median;
-same inputs, reference and accuracy metric), with two additions against position bias. Each
-round starts at the next plan: in a fixed order the plan timed first pays for the caches the
-last one evicted (identical models came out 1.07-1.14x apart in the first full run). And the
-default is loaded twice, first and last (sessions created later ran a few % faster here): its
-figure pools both copies' samples, and the ratio between the copies (A/A) is the noise floor."""
+method (timing.interleaved on the cpu target's sessions: rounds interleaved, each starting at
+the next plan, warm runs, median; same inputs, reference and accuracy metric). The default is
+loaded twice, first and last (sessions created later ran a few % faster here): its figure pools
+both copies' samples, and the ratio between the copies (A/A) is the noise floor."""
 from __future__ import annotations
 
 import logging
@@ -20,6 +18,7 @@ from onnxruntime.quantization import CalibrationDataReader, quantize_dynamic, qu
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.backends import Backend
 from metainfer_core.tensors import random_feeds
+from metainfer_core.timing import interleaved, settle_runs
 
 
 class _Feeds(CalibrationDataReader):
@@ -73,11 +72,8 @@ def timed(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: li
         except Exception as exc:  # noqa: BLE001 - a plan that does not run is a result, not a crash
             out[label] = {"label": label, "latency_ms": None, "accuracy_loss": None,
                           "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-    samples: dict[str, list[float]] = {label: [] for label, _ in compiled}
-    for r in range(runs):
-        for label, c in compiled[r % len(compiled):] + compiled[:r % len(compiled)]:
-            samples[label].append(c.time_once(feeds[0]))
-    for label, xs in samples.items():
+    timed_ = interleaved([c for _, c in compiled], [feeds[0]] * len(compiled), runs, settle_runs(backend))
+    for (label, _), xs in zip(compiled, timed_):
         out[label] |= {"latency_ms": float(np.median(xs)), "p90_ms": float(np.percentile(xs, 90)), "samples_ms": xs}
     return out
 

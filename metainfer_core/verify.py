@@ -1,7 +1,8 @@
 """Verification on the target: compile, warm up, then time the default plan and every
-candidate in interleaved rounds (A B C, B C A, C A B ...) so drift of a shared machine, and the
-position within a round, hit all alike. Also peak memory and accuracy loss against the fp32
-reference, computed from the outputs the target itself produced."""
+candidate in interleaved rounds of warm runs (timing.interleaved: drift of a shared machine and
+the position within a round hit all alike; each timed run follows runs of the same graph, as
+back-to-back inference does). Also peak memory and accuracy loss against the fp32 reference,
+computed from the outputs the target itself produced."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -11,6 +12,7 @@ import onnx
 
 from metainfer_core.accuracy import LossFn, plan_loss
 from metainfer_core.backends.base import Backend, Compiled
+from metainfer_core.timing import interleaved, settle_runs
 
 
 @dataclass
@@ -58,12 +60,9 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
     late = _late_twin(backend, models[0][1], feeds, warmup) if len(live) > 1 and compiled[0] is not None else None
     if late is not None:
         live.append((late, Verified("default (late)")))
-    for r in range(runs):
-        # each round starts at the next plan: the first run of a round (after the previous
-        # round's last plan evicted its caches) would otherwise always fall on the default
-        k = r % len(live) if live else 0
-        for c, res in live[k:] + live[:k]:
-            res.samples_ms.append(c.time_once(feeds[0]))
+    for (_, res), xs in zip(live, interleaved([c for c, _ in live], [feeds[0]] * len(live), runs,
+                                              settle_runs(backend))):
+        res.samples_ms = xs
     if late is not None:
         early, twin = results[0].samples_ms, live[-1][1].samples_ms
         results[0].samples_ms = [(a + b) / 2 for a, b in zip(early, twin)]

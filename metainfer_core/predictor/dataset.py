@@ -22,6 +22,7 @@ from metainfer_core.predictor import in_graph
 from metainfer_core.predictor.plan_graph import describe
 from metainfer_core.predictor.plans import Plan, candidate_plans
 from metainfer_core.tensors import random_feeds
+from metainfer_core.timing import interleaved, settle_runs
 
 Progress = Callable[[str], None]
 
@@ -59,8 +60,8 @@ class BuildReport:
 
 def measure_plans(backend: Backend, models: list[onnx.ModelProto], feed: dict[str, np.ndarray] | list[dict],
                   runs: int, warmup: int) -> list[Timing | None]:
-    """Whole-model latency of each graph, timed in interleaved rounds (A B C A B C ...) so a
-    shared machine's drift hits all alike; None for a graph the target cannot run. `feed`:
+    """Whole-model latency of each graph, timed in interleaved rounds of warm runs (timing.interleaved)
+    so a shared machine's drift hits all alike; None for a graph the target cannot run. `feed`:
     one for all graphs, or one per graph."""
     feeds = feed if isinstance(feed, list) else [feed] * len(models)
     compiled = []
@@ -72,11 +73,7 @@ def measure_plans(backend: Backend, models: list[onnx.ModelProto], feed: dict[st
             compiled.append(c)
         except Exception:  # noqa: BLE001 - a plan that fails to run is left out, not fatal
             compiled.append(None)
-    samples: list[list[float]] = [[] for _ in models]
-    for _ in range(runs):
-        for c, f, out in zip(compiled, feeds, samples):
-            if c is not None:
-                out.append(c.time_once(f))
+    samples = interleaved(compiled, feeds, runs, settle_runs(backend))
     return [Timing.from_samples(s) if s else None for s in samples]
 
 

@@ -106,17 +106,19 @@ def test_a_contextual_model_predicts_plans_in_context_and_survives_a_reload(cpu,
     version = cpu.info.fingerprint_version
     graph = describe(m)
     graph[in_graph.KEY] = in_graph.profile_plans(cpu, [m], [feed], runs=5)[0]
-    samples = [cpu.compile(m).time_once(feed) for _ in range(10)]
+    compiled = cpu.compile(m)
+    samples = [compiled.time_once(feed) for _ in range(13)][3:]
     lib.add_plan_runs(cpu.info, [PlanRun("block", "k", "default", graph, Timing.from_samples(samples))])
     spec = target("cpu")[1]
     # a handful of rows: enough trees at a high rate to fit them (the default regularises them away)
     cm = CostModel.train(lib.training_records(version), version, spec=spec, plan_runs=lib.plan_runs(version),
                          params=kernel_params(500, 0.3, 4))
     assert cm.kernels.contextual
-    # the plan's kernels are predicted as they cost inside it, near what its profile said (six
-    # rows of a plan beside eighteen micro-benchmarks: CatBoost fits them only roughly)
+    # the plan's kernels are predicted as they cost inside it, near what its profile said once
+    # made to add up to the timed run (six rows of a plan beside eighteen micro-benchmarks:
+    # CatBoost fits them only roughly)
     in_plan = cm.predict_graph_kernels_ms(graph)
-    profiled = np.array(graph[in_graph.KEY]["kernel_us"]) / 1e3
+    profiled = in_graph.to_whole(graph[in_graph.KEY], 1e3 * float(np.percentile(samples, 10)), 0.0) / 1e3
     assert in_plan.sum() == pytest.approx(profiled.sum(), rel=0.5)
     anchors = [i for i, k in enumerate(graph["kernels"]) if k["features"]["op_type"] in ("Conv", "MatMul")]
     assert in_plan[anchors].sum() > 0.5 * in_plan.sum()          # the convolutions and the MatMul dominate
@@ -139,3 +141,32 @@ def test_measured_targets_learn_the_low_percentile():
     assert latency_ms(row, TargetSpec(name="cpu")) == 1.5
     assert latency_ms(row, TargetSpec(name="npu", peak_gflops={"int8": 1.0})) == 2.0
     assert latency_ms(row, None) == 2.0
+
+
+def test_profiled_kernel_times_are_made_to_add_up_to_the_timed_run():
+    # three kernels: two timed by the profiler with its per-node overhead in them, one fused
+    # away (the floor); the run took 25 us, of which 5 are the session's own overhead
+    profiled = {"kernel_us": [12.0, in_graph.FLOOR_US, 22.0], "unmapped_us": 2.0, "nodes": 3}
+    us = in_graph.to_whole(profiled, whole_us=25.0, overhead_us=5.0)
+    # the excess over the run (16.5 us) came off the two timed kernels equally, then the rest
+    # was scaled so kernels plus unmapped time add up to the 20 us
+    a, b = 12.0 - 16.5 / 2, 22.0 - 16.5 / 2
+    scale = 20.0 / (a + in_graph.FLOOR_US + b + 2.0)
+    assert us == pytest.approx([a * scale, in_graph.FLOOR_US * scale, b * scale])
+    assert us.sum() + 2.0 * scale == pytest.approx(20.0)
+    # a run the profile under-counts: nothing taken off, all scaled up
+    up = in_graph.to_whole(profiled, whole_us=100.0, overhead_us=0.0)
+    assert up == pytest.approx(np.array(profiled["kernel_us"]) * 100.0 / 36.5)
+
+
+def test_the_run_overhead_is_the_intercept_of_whole_runs_against_their_profiles():
+    rng = np.random.default_rng(0)
+    runs = []
+    for _ in range(12):
+        us = rng.uniform(5, 50, size=int(rng.integers(3, 30)))
+        nodes = len(us)
+        whole = 9.0 + us.sum() - 2.0 * nodes        # 9 us per run, the profiler adds 2 us a node
+        runs.append({"p10_ms": whole / 1e3, "median_ms": whole / 1e3,
+                     "graph": {in_graph.KEY: {"kernel_us": list(us), "unmapped_us": 0.0, "nodes": nodes}}})
+    assert in_graph.run_overhead_us(runs) == pytest.approx(9.0, rel=1e-3)
+    assert in_graph.run_overhead_us(runs[:2]) == 0.0          # too few runs to tell

@@ -1,0 +1,40 @@
+"""Timing several compiled graphs side by side on one machine: interleaved rounds of warm runs.
+
+Rounds interleave the graphs (A B C, B C A, C A B ...) so a shared machine's drift, and the
+position within a round, hit all alike. Within a round each graph first runs `settle` times
+untimed, right before its timed run: on ONNX Runtime the first run after another graph's is a
+cold one (weights and activations evicted from the caches) and costs 1.3-4x a back-to-back run
+(measured, resnet_tiny interleaved with 206 other plans: 1.21 ms; a second run 0.50, a third
+0.40, back to back 0.38). Cold runs favour whatever has fewer bytes of weights (an fp16 copy
+of a graph looked 1.8x faster than the fp32 one while back to back both take 0.37 ms) and
+disagree with warm micro-benchmarks. Inference serving runs back to back, so a latency here
+is a warm one. A modeled target has no caches: it gets no settle runs (settle_runs)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from metainfer_core.backends.base import Backend, Compiled
+
+SETTLE = 2      # untimed runs before each timed one (a third run is within ~4 % of back to back)
+
+
+def settle_runs(backend: Backend) -> int:
+    return SETTLE if backend.info.measurement == "measured" else 0
+
+
+def interleaved(compiled: Sequence[Compiled | None], feeds: Sequence[dict[str, np.ndarray]], rounds: int,
+                settle: int) -> list[list[float]]:
+    """Timed samples (ms) per graph, one per round; a None graph gets none. Round r starts at
+    the r-th live graph."""
+    live = [i for i, c in enumerate(compiled) if c is not None]
+    samples: list[list[float]] = [[] for _ in compiled]
+    for r in range(rounds):
+        k = r % len(live) if live else 0
+        for i in live[k:] + live[:k]:
+            c, f = compiled[i], feeds[i]
+            for _ in range(settle):
+                c.time_once(f)
+            samples[i].append(c.time_once(f))
+    return samples

@@ -1,0 +1,41 @@
+"""timing.interleaved: the order of runs it makes (a recording fake of the Compiled interface,
+the extension point it drives); that warm runs are what verify reports is bench/warm_vs_cold.py's."""
+from __future__ import annotations
+
+import yaml
+
+from metainfer_core.backends import create_backend
+from metainfer_core.timing import SETTLE, interleaved, settle_runs
+from tasks.compose import CONF_DIR
+
+
+class Recorder:
+    def __init__(self, name: str, log: list[tuple[str, dict]]):
+        self.name, self.log = name, log
+
+    def time_once(self, feeds) -> float:
+        self.log.append((self.name, feeds))
+        return float(len(self.log))
+
+
+def test_each_timed_run_follows_settle_runs_of_the_same_graph_and_rounds_rotate():
+    log: list[tuple[str, dict]] = []
+    a, b, c = (Recorder(n, log) for n in "abc")
+    feeds = [{"x": 1}, {"x": 2}, {"x": 3}]
+    samples = interleaved([a, None, c], feeds, rounds=3, settle=2)
+    assert samples[1] == [] and len(samples[0]) == len(samples[2]) == 3
+    names = [n for n, _ in log]
+    assert names == ["a"] * 3 + ["c"] * 3 + ["c"] * 3 + ["a"] * 3 + ["a"] * 3 + ["c"] * 3
+    assert all(f == {"x": 1} for n, f in log if n == "a") and all(f == {"x": 3} for n, f in log if n == "c")
+    # the sample is the third run of each burst (the recorder returns the run's position)
+    assert samples[0] == [3.0, 12.0, 15.0] and samples[2] == [6.0, 9.0, 18.0]
+
+
+def _backend(name: str):
+    cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
+    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+
+
+def test_only_measured_targets_settle():
+    assert settle_runs(_backend("cpu")) == SETTLE
+    assert settle_runs(_backend("gpu")) == 0
