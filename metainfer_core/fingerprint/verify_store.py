@@ -205,6 +205,10 @@ class _Counted:
     def __init__(self, backend: Backend):
         self.backend, self.compiled = backend, 0
 
+    @property
+    def info(self):
+        return self.backend.info
+
     def compile(self, model: onnx.ModelProto):
         self.compiled += 1
         return self.backend.compile(model)
