@@ -3,10 +3,11 @@
 Rounds interleave the graphs (A B C, B C A, C A B ...) so a shared machine's drift, and the
 position within a round, hit all alike. Within a round each graph first runs `settle` times
 untimed, right before its timed run: on ONNX Runtime the first run after another graph's is a
-cold one (weights and activations evicted from the caches) and costs 1.3-4x a back-to-back run
-(measured, resnet_tiny interleaved with 206 other plans: 1.21 ms; a second run 0.50, a third
-0.40, back to back 0.38). Cold runs favour whatever has fewer bytes of weights (an fp16 copy
-of a graph looked 1.8x faster than the fp32 one while back to back both take 0.37 ms) and
+cold one (weights and activations evicted from the caches) and costs 1.1-6x a back-to-back run
+(bench/warm_vs_cold.py; resnet_tiny interleaved with 206 other plans: 1.21 ms, a second run
+0.50, a third 0.40, back to back 0.38). Cold runs misjudge plans: int8 over fp32 looked 1.02x
+on resnet_tiny and 1.40x on mlp where back to back it is 1.39x and 6.1x, and an fp16 copy
+looked 1.8x faster than the fp32 graph where back to back both take 0.37 ms; they also
 disagree with warm micro-benchmarks. Inference serving runs back to back, so a latency here
 is a warm one. A modeled target has no caches: it gets no settle runs (settle_runs)."""
 from __future__ import annotations
