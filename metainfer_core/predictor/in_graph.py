@@ -36,7 +36,10 @@ from metainfer_core.timing import settle_runs
 KEY = "in_graph"
 NCHWC = "_nchwc"
 TOKEN = re.compile(r"_token_\d+$")
-PROFILE_RUNS = 5        # profiled rounds over all plans (a profiled run costs ~10 plain ones: keep few)
+# profiled rounds over all plans: a profiled run costs ~10 plain ones and each round runs every plan
+# SETTLE + 1 times. flows/train.py target=cpu end to end, one run each: 3 rounds 105 s (LOMO Spearman
+# 0.77), 4 rounds 123 s (0.81), 5 rounds 136 s (0.83): training is to stay under 2 minutes
+PROFILE_RUNS = 3
 QUANTILE = 0.1          # per node over the rounds: the machine's own cost (see labels.py)
 FLOOR_US = 0.5          # a kernel fused into another costs nothing of its own; logs need a floor
 WALK_BACK = 4           # producers searched for the anchor of a fused `_nchwc` node
