@@ -37,6 +37,19 @@ def end_profiling(sess: ort.InferenceSession) -> list[dict[str, Any]]:
         os.rmdir(os.path.dirname(path))
 
 
+def node_durations(events: list[dict[str, Any]]) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """From a profile's events: each runtime node's kernel times (us, one per run, in run order,
+    nodes in execution order) and its op type."""
+    per: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            name = e["name"].removesuffix("_kernel_time")
+            per.setdefault(name, []).append(float(e["dur"]))
+            ops.setdefault(name, e.get("args", {}).get("op_name", ""))
+    return per, ops
+
+
 def _cpu_name() -> str:
     try:
         for line in open("/proc/cpuinfo"):
@@ -69,11 +82,7 @@ class OrtSession(Compiled):
 
     def node_times_us(self, feeds, runs: int = 10) -> dict[str, float]:
         """Median per-node kernel time from ONNX Runtime's profiler."""
-        events = self._backend.profile_events(self._bytes, feeds, runs)
-        per: dict[str, list[float]] = {}
-        for e in events:
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
-                per.setdefault(e["name"].removesuffix("_kernel_time"), []).append(float(e["dur"]))
+        per, _ = node_durations(self._backend.profile_events(self._bytes, feeds, runs))
         return {k: float(np.median(v)) for k, v in per.items()}
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from metainfer_core.backends.ort_backend import end_profiling
+from metainfer_core.backends.ort_backend import end_profiling, node_durations
 from metainfer_core.kernels import Kernel, group_kernels
 from metainfer_core.predictor.graph_context import in_context
 from metainfer_core.tensors import tensor_infos
@@ -50,13 +50,7 @@ def node_times(events: list[dict[str, Any]], skip_first: bool = False, every: in
     runs' low quantile (QUANTILE), like the whole-model label (labels.py). `skip_first`: the
     first run warmed the session up; `every`: only every `every`-th run after it is a timed
     one (the others settled the caches: timing.interleaved)."""
-    per: dict[str, list[float]] = defaultdict(list)
-    ops: dict[str, str] = {}
-    for e in events:
-        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
-            name = e["name"].removesuffix("_kernel_time")
-            per[name].append(float(e["dur"]))
-            ops.setdefault(name, e.get("args", {}).get("op_name", ""))
+    per, ops = node_durations(events)
     start = 1 if skip_first else 0
     out = []
     for n, v in per.items():
