@@ -11,7 +11,8 @@ micro-benchmarks, and the seconds spent; then per model.
 --retest: on a measured target, time every zoo plan again after the build and compare with
 the stored runs: how far the labels themselves move (the noise floor no predictor can beat),
 for the median and for the 10th percentile the predictor learns on measured targets
-(predictor/labels.py). The figures are judged against that 10th percentile there.
+(predictor/labels.py), and the two timings' Spearman per model (the ranking a perfect
+predictor would reach). The figures are judged against that 10th percentile there.
 
 Goals: cpu >= 90 % within +-10 % and Spearman >= 0.9; modeled targets >= 95 % within +-10 %.
 """
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from metainfer_core import stages, zoo
 from metainfer_core.fingerprint import FingerprintLibrary
@@ -50,6 +52,14 @@ def retest(s, backend, library: FingerprintLibrary, version: str, entries) -> st
     for stat in ("median_ms", "p10_ms"):
         dev = np.array([abs(getattr(t, stat) / r[stat] - 1) for (_, _, r), t in zip(pairs, again) if t is not None])
         out.append(f"{stat.removesuffix('_ms')}: {dev.mean():.1%} apart, {np.mean(dev <= 0.1):.0%} within ±10 %")
+    # the two timings' rank agreement over each model's plans: the Spearman a perfect predictor would reach
+    by_model: dict[str, list[tuple[float, float]]] = {}
+    for (e, _, r), t in zip(pairs, again):
+        if t is not None:
+            by_model.setdefault(e.name, []).append((r["p10_ms"], t.p10_ms))
+    rhos = {m: spearmanr(*zip(*v)).statistic for m, v in by_model.items() if len(v) >= 3}
+    out.append("p10 Spearman, stored vs again: mean " + f"{np.mean(list(rhos.values())):.3f} ("
+               + ", ".join(f"{m} {v:.2f}" for m, v in sorted(rhos.items())) + ")")
     return f"labels timed again ({len(pairs)} plans): " + "; ".join(out)
 
 
