@@ -20,7 +20,7 @@ from metainfer_core.predictor.plans import candidate_plans
 from metainfer_core.timing import SETTLE, interleaved
 from tasks.compose import compose_raw, load_settings
 
-WANTED = ("default", "fp16(scope=all)", "int8(activation_type=QUInt8,calibrate_method=MinMax,per_channel=True,"
+WANTED = ("default", "fp16(scope=all)", "int8(activation_type=QUInt8,calibrate_method=MinMax,per_channel=auto,"
           "scope=compute,weight_type=QInt8)")
 
 

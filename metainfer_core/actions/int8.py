@@ -16,7 +16,9 @@ class Int8(Action):
         "scope": Param("compute", ("all", "compute"), "quantize every supported op, or only Conv/MatMul/Gemm"),
         "activation_type": Param("QUInt8", ("QUInt8", "QInt8"), "activation type (U8S8 vs S8S8 differ in speed on x86)"),
         "weight_type": Param("QInt8", ("QInt8", "QUInt8"), "weight type (int8 symmetric, or uint8 asymmetric)"),
-        "per_channel": Param(True, (True, False), "per-channel weight scales (needs opset >= 13)"),
+        "per_channel": Param("auto", ("auto", True, False),
+                             "weight scales per output channel (needs opset >= 13), per tensor, or auto: per "
+                             "channel only for weights whose channels' ranges differ (_qdq.weight_axis)"),
         "calibrate_method": Param("MinMax", ("MinMax", "Entropy", "Percentile"), "calibration method"),
     }
 
@@ -31,7 +33,7 @@ class Int8(Action):
             return f"target {target.name} has no int8 datapath"
         if "QDQ" not in target.quantization:
             return f"target {target.name} does not take QDQ-quantized graphs"
-        if params["per_channel"] and opset_of(model) < 13:
+        if params["per_channel"] is True and opset_of(model) < 13:
             return f"per-channel quantization needs opset >= 13 (graph has {opset_of(model)})"
         return lowered(model)
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import onnx
 import pytest
+from onnx import numpy_helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.actions._qdq import _weight_axis
 from metainfer_core.kernels import PRECISION_KEY, group_kernels, node_meta
 from metainfer_core.normalize import normalize
 from metainfer_core.tensors import random_feeds
@@ -57,6 +60,43 @@ def test_int8_quantizes_in_qdq_and_stays_close(params):
     assert {"QuantizeLinear", "DequantizeLinear", "Conv"} <= set(ops(out))
     assert ("Conv", "int8") in {(k.op_type, k.dtype) for k in group_kernels(out)}
     assert loss(m, out, feeds) < 0.01
+
+
+def _weight_scales(model: onnx.ModelProto) -> dict[str, int]:
+    """Weight (int8 initializer) -> how many scales its DequantizeLinear has."""
+    inits = {i.name: i for i in model.graph.initializer}
+    return {n.input[0]: int(np.prod(inits[n.input[1]].dims)) for n in model.graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0] in inits and n.input[0].endswith("|int8")}
+
+
+def test_int8_auto_keeps_per_channel_scales_only_where_channels_differ():
+    m = normalize(build("mlp"), None).model
+    inits = {i.name: i for i in m.graph.initializer}
+    gemms = [n for n in m.graph.node if n.op_type == "Gemm"]
+    loud = inits[gemms[0].input[1]]
+    w = numpy_helper.to_array(loud).copy()
+    axis = _weight_axis(gemms[0])
+    index = [slice(None)] * w.ndim
+    index[axis] = 0
+    w[tuple(index)] *= 20.0                   # one output channel 20x the others: per tensor would crush them
+    loud.CopyFrom(numpy_helper.from_array(w, loud.name))
+    out, feeds = apply("int8", m, dict(INT8, scope="all", per_channel="auto"), target="npu")
+    scales = _weight_scales(out)
+    assert scales[f"{loud.name}|int8"] == w.shape[axis]
+    quiet = [n.input[1] for n in gemms[1:]]
+    assert quiet and all(scales[f"{q}|int8"] == 1 for q in quiet)
+    # the loud weight's quiet channels would lose ~20x resolution under one scale
+    per_tensor, _ = apply("int8", m, dict(INT8, scope="all", per_channel=False), target="npu", feeds=feeds)
+    assert loss(m, out, feeds) < 0.01
+    assert loss(m, out, feeds) < loss(m, per_tensor, feeds)
+
+
+def test_int8_auto_quantizes_old_opsets_per_tensor():
+    m = normalize(build("mlp"), None).model
+    m.opset_import[0].version = 11            # no per-channel DequantizeLinear before opset 13
+    site = ACTIONS["int8"].sites(m, INT8, backend("npu").info)[0]
+    assert "opset >= 13" in ACTIONS["int8"].legal(m, site, INT8, backend("npu").info)
+    assert ACTIONS["int8"].legal(m, site, dict(INT8, per_channel="auto"), backend("npu").info) is None
 
 
 def test_int8_scope_all_folds_relu_into_the_conv_output_range():
