@@ -197,7 +197,8 @@ def training_rows(plan_runs: list[dict]) -> tuple[list[dict], np.ndarray]:
         if not profiled or len(profiled["kernel_us"]) != len(r["graph"]["kernels"]):
             continue
         for d, us in zip(in_context(r["graph"]["kernels"]), to_whole(profiled, _whole_us(r), overhead)):
-            key = (d["key"], d["context"], d["producer"], d["consumer"], d["producer_fan_out"], d["act_signed"])
+            key = (d["key"], d["context"], d["producer"], d["consumer"], d["producer_fan_out"], d["act_signed"],
+                   d["log_region_in"], d["log_region_out"])
             times[key].append(us)
             descs.setdefault(key, d)
     keys = list(descs)

@@ -24,7 +24,8 @@ from catboost import CatBoostRegressor, Pool
 from scipy.optimize import nnls
 
 from metainfer_core.predictor.graph_context import in_context
-from metainfer_core.predictor.target_join import CAT_FEATURES, TargetSpec, baseline_ms, cat_features, frame
+from metainfer_core.predictor.target_join import (CAT_FEATURES, CONTEXT_NUMERIC, CONTEXT_NUMERIC_V1, TargetSpec,
+                                                  baseline_ms, cat_features, frame)
 
 # Pinned so that continued training (init_model) never silently changes the model's shape;
 # thread_count: the machines this runs on have two cores.
@@ -114,13 +115,15 @@ def hint_ms(df: pd.DataFrame, hint: dict[str, list[float]]) -> np.ndarray:
 
 class KernelModel:
     def __init__(self, latency: CatBoostRegressor, memory: CatBoostRegressor | None, spec: TargetSpec,
-                 hint: dict[str, list[float]] | None = None, contextual: bool = False):
+                 hint: dict[str, list[float]] | None = None, contextual: bool = False,
+                 context_numeric: list[str] | None = None):
         self.latency, self.memory, self.spec, self.hint = latency, memory, spec, hint or {}
         self.contextual = contextual
+        self.context_numeric = list(context_numeric or CONTEXT_NUMERIC)
 
     def _pool(self, descs: list[dict], ms=None, weight=None) -> tuple[Pool, np.ndarray]:
         """CatBoost pool of log10(latency / hint), and the hint (ms)."""
-        df = frame(descs, self.spec, self.contextual)
+        df = frame(descs, self.spec, self.contextual, self.context_numeric)
         base = hint_ms(df, self.hint)
         y = None if ms is None else np.log10(np.maximum(ms, 1e-6) / base)
         return Pool(df, label=y, weight=weight, cat_features=cat_features(self.contextual)), base
@@ -152,7 +155,8 @@ class KernelModel:
         """More trees on top of this model (CatBoost init_model); this model is unchanged."""
         kept = {k: v for k, v in self.latency.get_params().items() if k in ("depth", "loss_function", "random_seed")}
         params = {**LATENCY_PARAMS, **kept, "iterations": iterations, "learning_rate": learning_rate}
-        km = KernelModel(CatBoostRegressor(**params), self.memory, self.spec, self.hint, self.contextual)
+        km = KernelModel(CatBoostRegressor(**params), self.memory, self.spec, self.hint, self.contextual,
+                         self.context_numeric)
         km.latency.fit(self._pool(descs, ms=ms, weight=weight)[0], init_model=self.latency)
         return km
 
@@ -187,7 +191,8 @@ class KernelModel:
             self.memory.save_model(str(folder / "kernel_memory.cbm"))
         (folder / "kernel_hint.json").write_text(json.dumps(self.hint))
         if self.contextual:
-            (folder / "kernel_context.json").write_text(json.dumps({"contextual": True}))
+            (folder / "kernel_context.json").write_text(json.dumps({"contextual": True,
+                                                                    "numeric": self.context_numeric}))
 
     @staticmethod
     def load(folder: Path, spec: TargetSpec) -> "KernelModel":
@@ -198,5 +203,6 @@ class KernelModel:
             mem = CatBoostRegressor()
             mem.load_model(str(folder / "kernel_memory.cbm"))
         hint = json.loads((folder / "kernel_hint.json").read_text()) if (folder / "kernel_hint.json").is_file() else {}
-        contextual = (folder / "kernel_context.json").is_file()
-        return KernelModel(lat, mem, spec, hint, contextual)
+        context = folder / "kernel_context.json"
+        numeric = json.loads(context.read_text()).get("numeric", CONTEXT_NUMERIC_V1) if context.is_file() else None
+        return KernelModel(lat, mem, spec, hint, context.is_file(), numeric)

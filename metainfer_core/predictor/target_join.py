@@ -26,7 +26,10 @@ ALL_FEATURES = CAT_FEATURES + NUMERIC + TARGET_NUMERIC
 # a kernel's place in its graph (graph_context), for kernel models that learn in-graph costs:
 # a micro-benchmark's kernel is "standalone"
 CONTEXT_CATEGORICAL = ["context", "producer", "consumer"]
-CONTEXT_NUMERIC = ["producer_fan_out", "act_signed"]   # signed int8 activations: another integer kernel
+# signed int8 activations: another integer kernel; bytes crossing an int8 region's border. A model
+# saved before the region columns existed keeps the columns it learned (KernelModel.context_numeric)
+CONTEXT_NUMERIC = ["producer_fan_out", "act_signed", "int8_region", "log_region_in", "log_region_out"]
+CONTEXT_NUMERIC_V1 = ["producer_fan_out", "act_signed"]
 STANDALONE = "standalone"
 _FIGURES = ("sram_bytes", "sram_gbps", "dram_gbps", "link_gbps", "host_gflops", "host_gbps", "launch_overhead_us",
             "channel_align")
@@ -162,19 +165,22 @@ def cat_features(contextual: bool = False) -> list[str]:
     return CAT_FEATURES + (CONTEXT_CATEGORICAL if contextual else [])
 
 
-def frame(descs: list[dict], t: TargetSpec, contextual: bool = False) -> pd.DataFrame:
+def frame(descs: list[dict], t: TargetSpec, contextual: bool = False,
+          context_numeric: list[str] | None = None) -> pd.DataFrame:
     """One row per descriptor; with `contextual`, also where the kernel sits in its graph
-    (descriptors without a place, micro-benchmarks, are "standalone")."""
+    (descriptors without a place, micro-benchmarks, are "standalone"; `context_numeric`: the
+    numeric context columns, CONTEXT_NUMERIC unless a saved model learned fewer)."""
     rows = [join(d, t) for d in descs]
     columns = ALL_FEATURES
+    numeric = (context_numeric or CONTEXT_NUMERIC) if contextual else []
     if contextual:
-        columns = ALL_FEATURES + CONTEXT_CATEGORICAL + CONTEXT_NUMERIC
+        columns = ALL_FEATURES + CONTEXT_CATEGORICAL + numeric
         for row, d in zip(rows, descs):
             row.update({c: d.get(c, STANDALONE) for c in CONTEXT_CATEGORICAL})
-            row.update({c: d.get(c, float("nan")) for c in CONTEXT_NUMERIC})
+            row.update({c: d.get(c, float("nan")) for c in numeric})
     df = pd.DataFrame(rows, columns=columns)
     for c in cat_features(contextual):
         df[c] = df[c].astype(str)
-    for c in NUMERIC + TARGET_NUMERIC + (CONTEXT_NUMERIC if contextual else []):
+    for c in NUMERIC + TARGET_NUMERIC + numeric:
         df[c] = pd.to_numeric(df[c], errors="coerce").astype(np.float64)
     return df

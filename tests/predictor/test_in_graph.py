@@ -8,6 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.kernels import group_kernels
 from metainfer_core.normalize import normalize
 from metainfer_core.predictor import CostModel, PredictorStore, TargetSpec, in_graph, kernel_params
@@ -92,7 +93,32 @@ def test_interleaved_profiles_are_stored_and_learned(cpu):
     assert contexts["Conv"] == "anchor" and contexts["Relu"] == "epilogue"
 
 
-def test_a_contextual_model_predicts_plans_in_context_and_survives_a_reload(cpu, tmp_path):
+def test_bytes_crossing_an_int8_regions_border_are_counted_where_they_cross(cpu):
+    m = _block()
+    feeds = [random_feeds(m, seed=i) for i in range(2)]
+    action = ACTIONS["int8"]
+    params = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": "auto",
+              "calibrate_method": "MinMax"}
+    q = action.apply(m, action.sites(m, params, cpu.info)[0], params, ActionContext(cpu.info, feeds))
+    kernels = describe(q)["kernels"]
+    descs = in_context(kernels)
+    inside = [d["int8_region"] == 1.0 for d in descs]
+    # both convolutions, the Relu between them (it reads and writes int8) and the MatMul; lone (de)quantize stay out
+    assert [d["features"]["op_type"] for d, i in zip(descs, inside) if i] == ["Conv", "Relu", "Conv", "MatMul"]
+    for i, (k, d) in enumerate(zip(kernels, descs)):
+        crossing_in = sum(b for p, b in k["inputs"] if p >= 0 and inside[p] != inside[i])
+        crossing_out = sum(b for j, other in enumerate(kernels) for p, b in other["inputs"]
+                           if p == i and inside[j] != inside[i])
+        assert d["log_region_in"] == pytest.approx(np.log10(1 + crossing_in))
+        assert d["log_region_out"] == pytest.approx(np.log10(1 + crossing_out))
+    convs = [d for d in descs if d["features"]["op_type"] == "Conv"]
+    assert convs[0]["log_region_in"] > 0 and convs[0]["log_region_out"] == 0     # enters the region, stays in it
+    assert convs[1]["log_region_in"] == 0 and convs[1]["log_region_out"] > 0     # leaves it for the float Add
+    # the float plan has no integer region
+    assert all(d["int8_region"] == 0 and d["log_region_in"] == 0 for d in in_context(describe(m)["kernels"]))
+
+
+def test_a_contextual_model_predicts_plans_in_context_and_survives_a_reload(cpu, tmp_path, monkeypatch):
     """Trained on a real cpu library holding micro-benchmarks and one profiled plan."""
     from metainfer_core.fingerprint import FingerprintLibrary
     from metainfer_core.fingerprint.library import PlanRun
@@ -134,6 +160,17 @@ def test_a_contextual_model_predicts_plans_in_context_and_survives_a_reload(cpu,
     result = fine_tune(tmp_path / "pred", runtime, lib.plan_runs(version, source="zoo"), lib.training_records(version),
                        iterations=10)
     assert CostModel.load(tmp_path / "pred", result.revision).kernels.contextual
+    # a revision saved before the int8-region columns existed still loads and predicts with its own columns
+    from metainfer_core.predictor import kernel_model, target_join
+    with monkeypatch.context() as patched:
+        patched.setattr(kernel_model, "CONTEXT_NUMERIC", target_join.CONTEXT_NUMERIC_V1)
+        old = CostModel.train(lib.training_records(version), version, spec=spec, plan_runs=lib.plan_runs(version),
+                              params=kernel_params(500, 0.3, 4))
+    old_rev = old.save(tmp_path / "old")
+    (PredictorStore(tmp_path / "old").path(old_rev) / "kernel_context.json").write_text('{"contextual": true}')
+    reloaded = CostModel.load(tmp_path / "old", old_rev)
+    assert reloaded.kernels.context_numeric == target_join.CONTEXT_NUMERIC_V1
+    assert reloaded.predict_graph_ms(graph) == pytest.approx(old.predict_graph_ms(graph))
 
 
 def test_measured_targets_learn_the_low_percentile():
