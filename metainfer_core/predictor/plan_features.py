@@ -95,4 +95,5 @@ def kernel_weights(graph: dict, theta: np.ndarray) -> np.ndarray:
 
 
 def matrix(graphs: list[dict], preds: list[np.ndarray], spec: TargetSpec) -> np.ndarray:
-    return np.array([[terms(g, p, spec)[t] for t in TERMS] for g, p in zip(graphs, preds)])
+    rows = [terms(g, p, spec) for g, p in zip(graphs, preds)]
+    return np.array([[row[t] for t in TERMS] for row in rows]).reshape(len(rows), len(TERMS))

@@ -49,6 +49,22 @@ def test_fp16_on_cpu_is_flagged_as_fallback(cpu):
     assert cpu.benchmark(half, reps=5, warmup=1).fallback
 
 
+def test_only_graphs_holding_float16_are_probed_for_fallback():
+    from onnx import TensorProto, helper
+    from metainfer_core.backends.ort_backend import _holds_float16
+
+    m = conv_chain()
+    assert not _holds_float16(m)
+    half = ACTIONS["fp16"].apply(m, ACTIONS["fp16"].sites(m, {"scope": "all"}, None)[0], {"scope": "all"}, ActionContext())
+    assert _holds_float16(half)
+    # float32 in and out, float16 only inside: found by its Cast
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])
+    inner = helper.make_graph([helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+                               helper.make_node("Cast", ["h"], ["y"], to=TensorProto.FLOAT)], "inner", [x], [y])
+    assert _holds_float16(helper.make_model(inner))
+
+
 def test_compile_run_time_and_memory(cpu):
     m = build("resnet_tiny")
     feeds = random_feeds(m)
