@@ -174,13 +174,13 @@ class OrtBackend(Backend):
 
 
 def _holds_float16(model: onnx.ModelProto) -> bool:
-    """Any float16 tensor in the graph's interface, weights or Casts (what ONNX Runtime's
-    InsertCastTransformer acts on). Skipping the profiled probe for the rest halves the
-    sessions a micro-benchmark creates."""
+    """Any 16-bit float tensor in the graph's interface, weights or Casts (float16 is what ONNX
+    Runtime's InsertCastTransformer acts on; bfloat16 kernels are probed too, to be safe).
+    Skipping the profiled probe for the rest halves the sessions a micro-benchmark creates."""
     g = model.graph
-    f16 = onnx.TensorProto.FLOAT16
-    if any(v.type.tensor_type.elem_type == f16 for v in list(g.input) + list(g.output) + list(g.value_info)):
+    half = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+    if any(v.type.tensor_type.elem_type in half for v in list(g.input) + list(g.output) + list(g.value_info)):
         return True
-    if any(i.data_type == f16 for i in g.initializer):
+    if any(i.data_type in half for i in g.initializer):
         return True
-    return any(a.name == "to" and a.i == f16 for n in g.node if n.op_type == "Cast" for a in n.attribute)
+    return any(a.name == "to" and a.i in half for n in g.node if n.op_type == "Cast" for a in n.attribute)

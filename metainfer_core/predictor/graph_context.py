@@ -12,8 +12,8 @@ whose tensors carry spatial or sequence axes): a runtime runs such regions in it
 (ONNX Runtime on x86: channels-last integer convolutions) and converts where they meet float
 kernels, and its profiler puts those Transpose nodes on the kernels at the border. An int8
 plan of a network whose every convolution sits between float activations (EfficientNet's
-Swish) pays that at each one (leave-one-model-out on cpu, 4 libraries, 3-model ensembles:
-efficientnet's Spearman 0.49-0.68 -> 0.79-0.81)."""
+Swish) pays that at each one (leave-one-model-out on cpu, 4 libraries x 2-3 seeds: efficientnet's
+mean Spearman 0.61 -> 0.76; over all models 0.777 -> 0.786, MAPE 27.1 -> 25.5 %)."""
 from __future__ import annotations
 
 import math
