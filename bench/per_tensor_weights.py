@@ -19,7 +19,7 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.predictor.dataset import zoo_entries
 from metainfer_core.timing import SETTLE, interleaved
-from tasks.compose import compose_raw, load_settings
+from tasks.compose import load_settings, zoo_input_shapes
 
 WAYS = {"per channel": True, "per tensor": False, "auto": "auto"}
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> None:
     names = argv[argv.index("--models") + 1:] if "--models" in argv else zoo.names()
     s, _ = load_settings(["target=cpu"])
     backend = stages.make_backend(s)
-    shapes = {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in names}
+    shapes = zoo_input_shapes(names)
     action = ACTIONS["int8"]
     print("| model | per channel ms | per tensor ms | auto ms | per tensor / per channel | auto / per channel "
           "| loss per channel / per tensor / auto | weights per channel under auto |")

@@ -32,7 +32,7 @@ from metainfer_core.predictor import TargetSpec, kernel_params
 from metainfer_core.predictor.dataset import build, measure_plans, zoo_entries
 from metainfer_core.predictor.plans import candidate_plans
 from metainfer_core.predictor.validation import leave_one_model_out
-from tasks.compose import compose_raw, load_settings
+from tasks.compose import load_settings, zoo_input_shapes
 
 TARGETS = ["cpu", "gpu", "npu", "fpga", "asic"]
 
@@ -67,7 +67,7 @@ def run_target(target: str, artifacts: Path, again: bool = False) -> tuple[dict,
     """(overall figures, per-model figures, build s, validation s); with `again` on a measured
     target the overall figures also hold "retest", how far the labels moved (retest)."""
     s, _ = load_settings([f"target={target}", f"paths.artifacts={artifacts}"])
-    shapes = {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in zoo.names()}
+    shapes = zoo_input_shapes(zoo.names())
     backend = stages.make_backend(s)
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     p = s.predictor

@@ -18,7 +18,7 @@ from metainfer_core import stages, zoo
 from metainfer_core.predictor.dataset import zoo_entries
 from metainfer_core.predictor.plans import candidate_plans
 from metainfer_core.timing import SETTLE, interleaved
-from tasks.compose import compose_raw, load_settings
+from tasks.compose import load_settings, zoo_input_shapes
 
 WANTED = ("default", "fp16(scope=all)", "int8(activation_type=QUInt8,calibrate_method=MinMax,per_channel=auto,"
           "scope=compute,weight_type=QInt8)")
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> None:
     names = argv[argv.index("--models") + 1:] if "--models" in argv else zoo.names()
     s, _ = load_settings(["target=cpu"])
     backend = stages.make_backend(s)
-    shapes = {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in names}
+    shapes = zoo_input_shapes(names)
     plans = []
     for e in zoo_entries(shapes, s.seed, 2):
         for p in candidate_plans(e.model, stages._space(s), backend.info, e.feeds, 1, 40):

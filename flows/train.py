@@ -25,7 +25,7 @@ from metainfer_core.errors import MetaInferError  # noqa: E402
 from metainfer_core.predictor.store import PredictorStore  # noqa: E402
 from metainfer_core.settings import Settings, validate_settings  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
-from tasks.compose import compose_raw  # noqa: E402
+from tasks.compose import zoo_input_shapes  # noqa: E402
 from tasks.tracking import record_report  # noqa: E402
 from tasks.train_tasks import (build_training_set_task, fine_tune_task, predictor_folder,  # noqa: E402
                                train_offline_task)
@@ -39,7 +39,7 @@ def zoo_shapes(s: Settings) -> dict[str, dict[str, list[int]]]:
     unknown = sorted(set(names) - set(zoo.names()))
     if unknown:
         raise MetaInferError(f"predictor.zoo names {unknown}, not zoo models; the zoo has {zoo.names()}.")
-    return {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in names}
+    return zoo_input_shapes(names)
 
 
 def _flat(prefix: str, d: dict) -> dict[str, float]:

@@ -70,3 +70,9 @@ def compose_raw(overrides: list[str]) -> dict:
 def load_settings(overrides: list[str]) -> tuple[Settings, dict]:
     raw = compose_raw(overrides)
     return validate_settings(raw), raw
+
+
+def zoo_input_shapes(names: list[str]) -> dict[str, dict[str, list[int]]]:
+    """Each named zoo model's deployment shapes from conf/model/<name>.yaml (compose in the main
+    thread: Hydra's compose is not thread-safe)."""
+    return {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in names}

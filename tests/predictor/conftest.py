@@ -11,7 +11,7 @@ from metainfer_core.backends import Backend, create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
 from metainfer_core.predictor.dataset import BuildReport, build, zoo_entries
-from tasks.compose import CONF_DIR, compose_raw
+from tasks.compose import CONF_DIR, compose_raw, zoo_input_shapes
 
 MODELS = ["mlp", "resnet_tiny", "bert_tiny", "mobilenet_v2_tiny"]
 PARAMS = kernel_params(200, 0.15, 6)       # fewer trees than the default: tests stay fast
@@ -44,7 +44,7 @@ class TrainingSet:
 @pytest.fixture(scope="session")
 def npu_set(tmp_path_factory) -> TrainingSet:
     backend, spec = target("npu")
-    shapes = {n: compose_raw([f"model={n}"])["model"]["input_shapes"] for n in MODELS}
+    shapes = zoo_input_shapes(MODELS)
     space = compose_raw([])["action_space"]["actions"]
     library = FingerprintLibrary(f"sqlite:///{tmp_path_factory.mktemp('npu')}/fp.db")
     report = build(backend, library, zoo_entries(shapes, 0, 2), space, [1, 2], reps=3, warmup=0, runs=5,

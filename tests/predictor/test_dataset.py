@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from metainfer_core.predictor.dataset import build, zoo_entries
 from metainfer_core.predictor.plans import candidate_plans
-from tasks.compose import compose_raw
+from tasks.compose import compose_raw, zoo_input_shapes
 
 from predictor.conftest import MODELS
 
@@ -22,7 +22,7 @@ def test_every_model_has_its_default_and_rewritten_plans(npu_set):
 
 
 def test_a_second_build_reuses_what_the_library_holds(npu_set):
-    shapes = {"mlp": compose_raw(["model=mlp"])["model"]["input_shapes"]}
+    shapes = zoo_input_shapes(["mlp"])
     space = compose_raw([])["action_space"]["actions"]
     again = build(npu_set.backend, npu_set.library, zoo_entries(shapes, 0, 2), space, [1, 2], reps=3, warmup=0, runs=5,
                   plan_depth=1, max_plans=10)
@@ -30,7 +30,7 @@ def test_a_second_build_reuses_what_the_library_holds(npu_set):
 
 
 def test_candidate_plans_are_distinct_graphs(npu_set):
-    entry = zoo_entries({"mlp": compose_raw(["model=mlp"])["model"]["input_shapes"]}, 0, 2)[0]
+    entry = zoo_entries(zoo_input_shapes(["mlp"]), 0, 2)[0]
     space = compose_raw([])["action_space"]["actions"]
     plans = candidate_plans(entry.model, space, npu_set.backend.info, entry.feeds, depth=2, max_plans=12)
     assert plans[0].steps == () and 1 < len(plans) <= 12
