@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from metainfer_core.backends.paths import ExecutionPath
+
 PLAN_SCHEMA = "meta-infer/plan/v1"
 
 
@@ -94,6 +96,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "candidates": [
             {"label": v.label, "actions": [st.as_dict() for st in c.steps], "predicted_latency_ms": c.latency_ms,
              "predicted_score": c.score, "measured": metrics_of(v.as_dict()), "error": v.error,
+             "execution_path": ExecutionPath.of(c.model).label,
              "binding": c.binding}
             for c, v in zip(verified.plans, verified.candidates)] if verified else [],
         "accuracy_repairs": verified.repairs if verified else [],
@@ -105,7 +108,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,
                     "duplicates": outcome.result.duplicates, "pruned": outcome.result.pruned,
                     "illegal": outcome.result.illegal, "failed": outcome.result.failed,
-                    "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings}
+                    "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings,
+                    "execution_paths": outcome.extra.get("execution_paths", {})}
                    if outcome.result else None),
         "timings": timings,
         "artifact": str(artifact),

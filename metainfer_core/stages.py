@@ -16,6 +16,7 @@ from metainfer_core.accuracy import LossFn, degenerate_outputs, make_loss, plan_
 from metainfer_core.accuracy_guard import repair
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend, create_backend
+from metainfer_core.backends.paths import ExecutionPath, missing_paths
 from metainfer_core.decide import Decision, Objective, decide
 from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
@@ -27,6 +28,7 @@ from metainfer_core.fingerprint.profiler import ProfileReport, profile
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
 from metainfer_core.predictor import CostModel, load_or_train
 from metainfer_core.search import Candidate, Evaluator, SearchResult, Weights, beam_search
+from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.settings import Settings
 from metainfer_core.tensors import input_feeds_spec, random_feeds
 from metainfer_core.verify import Verified, verify
@@ -229,7 +231,8 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
     ctx = ActionContext(target=info, calibration_feeds=prepared.feeds)
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
-                          ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss)
+                          ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
+                          paths=path_costs(s, prepared, backend))
     default = Candidate(prepared.model)
     t_eval = time.perf_counter()
     evaluator.set_baseline(default)
@@ -272,7 +275,30 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                 f"; nothing within the hard bounds (pruned: {result.pruned})" if result.pruned else ""))
     return SearchOutcome(result, None, result.default, time.perf_counter() - t0,
                          {"search_timings": result.timings, "expected_search_s": expected_search_s,
-                          "possible_saving_s": saving_s})
+                          "possible_saving_s": saving_s,
+                          "execution_paths": evaluator.paths.measured if evaluator.paths else {}})
+
+
+def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts | None:
+    """The execution paths the search may bind to, measured on demand; None where the target
+    offers only its default path. A runtime the action space asks for by name that the target
+    does not offer is refused with one paragraph."""
+    offered = backend.info.extra.get("execution_paths") or []
+    domain = s.action_space.actions.get("binding")
+    if domain is None:
+        return None
+    asked = domain.get("runtime")
+    runtimes = {ExecutionPath.parse(label).runtime for label in offered} | {"onnxruntime"}
+    missing = sorted(set([asked] if isinstance(asked, str) else asked or []) - runtimes)
+    if missing:
+        absent = missing_paths(s.target.spec)
+        raise MetaInferError(
+            f"The action space asks the binding action for runtime(s) {missing}, which target {s.target.name} does not "
+            f"offer (it offers {sorted(offered) or 'its default path only'}). "
+            + (f"The package(s) {absent} are not installed in this environment: install them (they are pinned in "
+               "requirements.lock), " if absent else f"List them under execution_paths in conf/target/{s.target.name}.yaml, ")
+            + "or drop them from action_space's binding domain.")
+    return PathCosts(backend, prepared.feeds, prepared.reference, prepared.loss_fn) if len(offered) > 1 else None
 
 
 @dataclass
@@ -293,8 +319,8 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds)
     extra, repairs = [], []
     for i, c in enumerate(top):
-        if not any(st.kind in lossy for st in c.steps):
-            continue
+        if not any(st.kind in lossy for st in c.steps) or not ExecutionPath.of(c.model).is_default:
+            continue        # a plan bound to another path: verify measures its loss there and decide rejects it over the bound
         loss = prepared.loss_fn(prepared.reference, run_cpu(c.model, prepared.feeds))
         if loss <= s.accuracy.max_loss:
             continue
@@ -359,9 +385,18 @@ def calibration_stage(s: Settings, prepared: Prepared, backend: Backend, outcome
     as runtime runs (fine-tuning learns from them) and return the calibration ratio."""
     pairs = [(prepared.model, outcome.default.latency_ms, verified.baseline, "default")]
     pairs += [(c.model, c.latency_ms, v, v.label) for c, v in zip(verified.plans, verified.candidates)]
-    runs = [runtime_run(model, prepared.name, v.samples_ms, f"verify:{label}", v.peak_mem_bytes,
-                        predicted if predicted == predicted else None, predictor_version)   # NaN: not predicted
-            for model, predicted, v, label in pairs if v.ok and v.samples_ms]
-    record_runtime(FingerprintLibrary(s.tracking.fingerprint_db), backend.info, runs)
+    by_path: dict[ExecutionPath, list] = {}
+    for model, predicted, v, label in pairs:
+        if v.ok and v.samples_ms:
+            by_path.setdefault(ExecutionPath.of(model), []).append(
+                runtime_run(model, prepared.name, v.samples_ms, f"verify:{label}", v.peak_mem_bytes,
+                            predicted if predicted == predicted else None, predictor_version))   # NaN: not predicted
+    library = FingerprintLibrary(s.tracking.fingerprint_db)
+    for path, runs in by_path.items():     # each path's runs under its own fingerprint version
+        info = backend.info if path.is_default else backend.path_backend(path).info
+        record_runtime(library, info, runs)
+    # the predictor's calibration: default-path runs (other paths' predictions carry a measured ratio)
+    runs = by_path.get(ExecutionPath(), [])
     ratio = calibration_ratio([{"median_ms": r.timing.median_ms, "predicted_ms": r.predicted_ms} for r in runs])
-    return {"runs_recorded": len(runs), "measured_over_predicted": ratio}
+    return {"runs_recorded": sum(len(r) for r in by_path.values()), "measured_over_predicted": ratio,
+            "runs_by_path": {p.label: len(r) for p, r in by_path.items()}}

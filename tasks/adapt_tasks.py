@@ -10,6 +10,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from metainfer_core import stages
+from metainfer_core.deploy import path_record
 from metainfer_core.plan import RunFolder, build_plan
 from metainfer_core.settings import Settings, validate_settings
 
@@ -77,6 +78,7 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
                           mlflow_run_id=mlflow_run_id)
         plan["calibration"] = calibration
+        plan["execution_path"] = path_record(backend, chosen_model)
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
             plan["verify_remote"] = remote
         folder.write_json("plan.json", plan)

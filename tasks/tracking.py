@@ -70,7 +70,8 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
             RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"]),
-            RunTag("active_version", str(plan["registry"]["active_version"]))]
+            RunTag("active_version", str(plan["registry"]["active_version"])),
+            RunTag("execution_path", (plan.get("execution_path") or {}).get("label", "onnxruntime"))]
     metrics = []
     for section in ("predicted", "measured", "baseline", "timings"):
         for k, v in (plan.get(section) or {}).items():

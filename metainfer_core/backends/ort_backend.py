@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from typing import Any
@@ -18,6 +16,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
+from metainfer_core.backends.peak_probe import probe
 from metainfer_core.tensors import random_feeds
 
 _LEVELS = {"ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -124,20 +123,10 @@ class OrtBackend(Backend):
         return end_profiling(sess)
 
     def probe_peak_memory(self, model_bytes: bytes, feeds: dict[str, np.ndarray]) -> int:
-        opts = {"providers": self.providers, "intra_op_threads": int(self.spec.get("intra_op_threads", 0)),
-                "graph_optimization_level": self.spec.get("graph_optimization_level", "ORT_ENABLE_ALL")}
-        with tempfile.TemporaryDirectory(prefix="metainfer-peak-") as tmp:
-            paths = [os.path.join(tmp, n) for n in ("model.onnx", "feeds.npz", "options.json")]
-            with open(paths[0], "wb") as f:
-                f.write(model_bytes)
-            np.savez(paths[1], **feeds)
-            with open(paths[2], "w") as f:
-                json.dump(opts, f)
-            out = subprocess.run([sys.executable, "-m", "metainfer_core.backends.peak_probe", *paths],
-                                 capture_output=True, text=True, timeout=600)
-        if out.returncode != 0:
-            raise RuntimeError(f"peak-memory probe failed: {out.stderr.strip().splitlines()[-1:]}")
-        return int(out.stdout.strip().splitlines()[-1])
+        return probe(model_bytes, feeds, {
+            "runtime": "onnxruntime", "providers": self.providers,
+            "intra_op_threads": int(self.spec.get("intra_op_threads", 0)),
+            "graph_optimization_level": self.spec.get("graph_optimization_level", "ORT_ENABLE_ALL")})
 
     def compile(self, model: onnx.ModelProto) -> OrtSession:
         return OrtSession(self, model)

@@ -3,7 +3,9 @@
 hides behind the previous kernel), peak memory from the liveness planner under the plan's
 buffer-sharing policy, accuracy loss from per-node sensitivity measured once per model
 (search/sensitivity.py; lossless candidates are exact). Each candidate also gets its operator
-binding: which kernels the device runs and which fall back to the host, and why."""
+binding: which kernels the device runs and which fall back to the host, and why. A candidate
+bound to another execution path gets its graph's prediction times that path's measured latency
+ratio, and the accuracy loss the path adds (search/path_costs.py); its exact check runs there."""
 from __future__ import annotations
 
 import time
@@ -16,10 +18,12 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ActionContext
 from metainfer_core.actions.base import infos_of, kernels_of
 from metainfer_core.backends.base import TargetInfo
+from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
+from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.search.score import Weights, score, violation
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
 
@@ -43,8 +47,9 @@ def graph_ms(cost_model: CostModel, kernels: list[Kernel], infos) -> float:
 class Evaluator:
     def __init__(self, cost_model: CostModel, target: TargetInfo, weights: Weights, max_loss: float,
                  feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
-                 ctx: ActionContext | None = None, max_probes: int = MAX_PROBES, loss_fn: Callable = plan_loss):
-        self.loss_fn = loss_fn
+                 ctx: ActionContext | None = None, max_probes: int = MAX_PROBES, loss_fn: Callable = plan_loss,
+                 paths: PathCosts | None = None):
+        self.loss_fn, self.paths = loss_fn, paths
         self.cost_model, self.target, self.weights, self.max_loss = cost_model, target, weights, max_loss
         self.feeds, self.reference, self.lossy = feeds, reference, lossy
         self.ctx = ctx or ActionContext(target=target, calibration_feeds=feeds)
@@ -79,6 +84,11 @@ class Evaluator:
             link_ms = np.asarray(moved, dtype=float) / (float(self.target.extra["link_gbps"]) * 1e6)
             latency -= float(np.minimum(link_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
             staging = max(moved, default=0)
+        path = ExecutionPath.of(m)
+        cost = None
+        if not path.is_default:
+            cost = self._path_cost(c, path)
+            latency *= cost.ratio if cost.error is None else 1.0
         c.latency_ms = latency
         inits = {i.name for i in m.graph.initializer}
         plan = plan_memory(kernels, infos, [i.name for i in m.graph.input if i.name not in inits],
@@ -94,7 +104,22 @@ class Evaluator:
             c.accuracy_loss = self.sensitivity.estimate(c.steps)
             c.accuracy_exact = False
             self.timings["sensitivity_s"] += self.sensitivity.seconds - before
+        if cost is not None:
+            c.accuracy_loss += cost.added_loss
+            c.accuracy_exact = c.accuracy_exact and not path.lossy
         return c
+
+    def _path_cost(self, c: Candidate, path: ExecutionPath):
+        if self.paths is None:
+            raise RuntimeError(f"candidate bound to {path.label}, but the evaluator measures no execution paths")
+        before = self.paths.seconds
+        cost = self.paths.cost(c.model)
+        self.timings["paths_s"] += self.paths.seconds - before
+        c.binding["path"] = path.label
+        c.binding["path_ratio"] = cost.ratio
+        if cost.error is not None:
+            c.binding["path_error"] = cost.error
+        return cost
 
     def set_baseline(self, default: Candidate) -> None:
         self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
@@ -107,6 +132,8 @@ class Evaluator:
         c.score = score(self.weights, c.latency_ms, c.peak_mem_bytes, c.accuracy_loss, c.changes,
                         self.base_latency, self.base_mem)
         c.violation = violation(c.peak_mem_bytes, self.target.memory_limit_bytes, c.accuracy_loss, self.max_loss)
+        if c.binding.get("path_error"):
+            c.violation = f"execution path: {c.binding['path']} failed ({c.binding['path_error']})"
         return c
 
     def evaluate(self, c: Candidate, parent: Candidate | None = None) -> Candidate:
@@ -116,7 +143,9 @@ class Evaluator:
         """Replace an estimated accuracy loss by the measured one (a CPU run) and re-score."""
         if not c.accuracy_exact:
             t0 = time.perf_counter()
-            c.accuracy_loss = self.loss_fn(self.reference, run_cpu(c.model, self.feeds))
+            bound = self.paths is not None and not ExecutionPath.of(c.model).is_default
+            outputs = self.paths.run(c.model) if bound else run_cpu(c.model, self.feeds)
+            c.accuracy_loss = self.loss_fn(self.reference, outputs)
             c.accuracy_exact = True
             self.finish(c)
             self.timings["exact_s"] += time.perf_counter() - t0

@@ -1,0 +1,54 @@
+"""Execution-path binding (lossless on `f32`, lossy below): which runtime runs the plan, with
+the precision that runtime computes in. Records the choice in the model's metadata
+(`metainfer.execution_path`); the host backend compiles the plan on that path, so verify
+times it there. The graph is untouched, so it stacks with every rewrite: an int8 plan may
+bind to ONNX Runtime (unbound) while an fp32 graph binds to OpenVINO in bf16.
+
+Legal only where the target offers the path (conf/target/<name>.yaml `execution_paths`, its
+package installed, the CPU reporting the datapath). Whole-graph binding: both runtimes run
+every op of an ONNX graph on this host."""
+from __future__ import annotations
+
+import json
+
+from metainfer_core.actions.base import Action, Param, Site, set_model_meta
+from metainfer_core.backends.paths import PATH_KEY, PRECISIONS, RUNTIMES, ExecutionPath
+from metainfer_core.normalize.graph_utils import clone
+
+
+def offered(target) -> list[str]:
+    return list(target.extra.get("execution_paths") or []) if target is not None else []
+
+
+class Binding(Action):
+    name = "binding"
+    params = {"runtime": Param("openvino", RUNTIMES, "the runtime that runs the whole graph"),
+              "precision": Param("f32", PRECISIONS, "the precision it computes in (OpenVINO's inference precision "
+                                                    "hint; ONNX Runtime computes in the graph's own types)")}
+
+    @staticmethod
+    def path(params) -> ExecutionPath:
+        return ExecutionPath(params["runtime"], params["precision"])
+
+    def sites(self, model, params, target):
+        path = self.path(params)
+        if path.runtime == "onnxruntime" and path.precision != "f32":
+            return []           # ONNX Runtime has no precision setting: its types are the graph's
+        if path == ExecutionPath.of(model):
+            return []
+        return [Site((), path.label)]
+
+    def legal(self, model, site, params, target):
+        path = self.path(params)
+        if path.label not in offered(target):
+            return (f"target {target.name} does not offer execution path {path.label} "
+                    f"(offered: {offered(target) or 'its default only'})")
+        return None
+
+    def keeps_graph(self, params):
+        return True
+
+    def apply(self, model, site, params, ctx):
+        out = clone(model)
+        set_model_meta(out, PATH_KEY, json.dumps(self.path(params).as_dict()))
+        return out

@@ -1,0 +1,153 @@
+"""Measured backend: OpenVINO's CPU plugin, reading the ONNX graph directly.
+
+Threads are pinned like the ONNX Runtime backend's (`intra_op_threads`), with the latency hint
+and one stream, so both paths are compared on equal resources. `inference_precision` sets
+OpenVINO's INFERENCE_PRECISION_HINT (f32 | bf16 | f16; always explicit: the plugin's default
+on a CPU with AVX512_BF16 is bf16, which changes the numerics). Inputs with dynamic dims are
+reshaped to the first feeds' shapes before compiling (the plugin is faster on static shapes)."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import onnx
+
+from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
+from metainfer_core.backends.peak_probe import probe
+from metainfer_core.tensors import random_feeds
+
+_PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+
+
+def _core():
+    import openvino as ov
+
+    core = ov.Core()
+    core.set_property({"LOG_LEVEL": "LOG_NONE"})
+    return core
+
+
+def device_precisions() -> set[str]:
+    """Inference precisions the CPU plugin reports a datapath for (OPTIMIZATION_CAPABILITIES)."""
+    caps = set(_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    return {p for p, cap in (("f32", "FP32"), ("bf16", "BF16"), ("f16", "FP16")) if cap in caps}
+
+
+def _static(model: onnx.ModelProto) -> bool:
+    inits = {i.name for i in model.graph.initializer}
+    return all(d.HasField("dim_value") for i in model.graph.input if i.name not in inits
+               for d in i.type.tensor_type.shape.dim)
+
+
+class OvCompiled(Compiled):
+    """One OpenVINO compiled model and its infer request; outputs in the graph's output order."""
+
+    def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False):
+        self._backend, self._profile = backend, profile
+        self._bytes = model.SerializeToString()
+        self._outputs = [o.name for o in model.graph.output]
+        self._shapes: tuple | None = None
+        self.compile_s = 0.0
+        self.request = None
+        if _static(model):
+            self._compile(None)
+
+    def _compile(self, feeds: dict[str, np.ndarray] | None) -> None:
+        t0 = time.perf_counter()
+        core = _core()
+        ov_model = core.read_model(self._bytes, b"")
+        if feeds is not None:
+            ov_model.reshape({k: list(v.shape) for k, v in feeds.items()})
+            self._shapes = tuple((k, v.shape) for k, v in sorted(feeds.items()))
+        self.compiled = core.compile_model(ov_model, "CPU", self._backend.config(self._profile))
+        self.request = self.compiled.create_infer_request()
+        self._ports = {self._port_name(p): i for i, p in enumerate(self.compiled.outputs)}
+        self.compile_s += time.perf_counter() - t0
+
+    @staticmethod
+    def _port_name(port) -> str:
+        names = port.get_names()
+        return next(iter(sorted(names)), "") if names else ""
+
+    def _ready(self, feeds) -> None:
+        if self.request is None or (self._shapes is not None
+                                    and self._shapes != tuple((k, v.shape) for k, v in sorted(feeds.items()))):
+            self._compile(feeds)
+
+    def run(self, feeds):
+        self._ready(feeds)
+        result = self.request.infer(feeds)
+        values = list(result.values())
+        by_name = {}
+        for port, value in zip(self.compiled.outputs, values):
+            for n in port.get_names():
+                by_name[n] = value
+        return [np.array(by_name[n]) if n in by_name else np.array(values[i]) for i, n in enumerate(self._outputs)]
+
+    def time_once(self, feeds) -> float:
+        self._ready(feeds)
+        t0 = time.perf_counter()
+        self.request.infer(feeds)
+        return (time.perf_counter() - t0) * 1e3
+
+    def peak_memory(self, feeds) -> int:
+        return self._backend.probe_peak_memory(self._bytes, feeds)
+
+    def node_times_us(self, feeds, runs: int = 10) -> dict[str, float]:
+        """Median per-node time from OpenVINO's performance counters (executed nodes only)."""
+        profiled = OvCompiled(self._backend, onnx.load_from_string(self._bytes), profile=True)
+        profiled._ready(feeds)
+        per: dict[str, list[float]] = {}
+        for _ in range(runs):
+            profiled.request.infer(feeds)
+            for info in profiled.request.get_profiling_info():
+                if str(info.status).endswith("EXECUTED"):
+                    per.setdefault(info.node_name, []).append(info.real_time.total_seconds() * 1e6)
+        return {k: float(np.median(v)) for k, v in per.items()}
+
+
+class OpenVinoBackend(Backend):
+    @property
+    def precision(self) -> str:
+        p = str(self.spec.get("inference_precision", "f32"))
+        if p not in _PRECISION:
+            raise ValueError(f"inference_precision {p!r}: use one of {sorted(_PRECISION)}")
+        return p
+
+    def config(self, profile: bool = False) -> dict[str, Any]:
+        return {"INFERENCE_NUM_THREADS": int(self.spec.get("intra_op_threads", 1)),
+                "PERFORMANCE_HINT": str(self.spec.get("performance_hint", "LATENCY")), "NUM_STREAMS": 1,
+                "INFERENCE_PRECISION_HINT": _PRECISION[self.precision], "PERF_COUNT": bool(profile)}
+
+    @property
+    def info(self) -> TargetInfo:
+        import openvino as ov
+
+        core = _core()
+        device = core.get_property("CPU", "FULL_DEVICE_NAME")
+        caps = ",".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+        s = self.spec
+        return TargetInfo(
+            name=self.name, measurement=self.measurement, firmware=device,
+            driver=f"plugin=CPU;caps={caps};threads={s.get('intra_op_threads', 1)};precision={self.precision};"
+                   f"hint={s.get('performance_hint', 'LATENCY')}",
+            runtime=f"openvino-{ov.__version__.split('-')[0]}", memory_limit_bytes=int(s["memory_limit_bytes"]),
+            supported_ops=None, dtypes=tuple(s.get("dtypes", ["float32"])),
+            quantization=tuple(s.get("quantization", [])), preferred_layout=s.get("preferred_layout", "NCHW"),
+            static_shapes=False, max_fusion_depth=1, extra={"execution_path": f"openvino:{self.precision}"})
+
+    def compile(self, model: onnx.ModelProto) -> OvCompiled:
+        return OvCompiled(self, model)
+
+    def benchmark(self, model: onnx.ModelProto, reps: int, warmup: int) -> Timing:
+        feeds = random_feeds(model, seed=self.seed)
+        c = self.compile(model)
+        for _ in range(max(warmup, 1)):
+            outputs = c.run(feeds)
+        working_set = (sum(a.nbytes for a in feeds.values()) + sum(o.nbytes for o in outputs)
+                       + sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer))
+        return Timing.from_samples([c.time_once(feeds) for _ in range(reps)], peak_mem_bytes=working_set)
+
+    def probe_peak_memory(self, model_bytes: bytes, feeds: dict[str, np.ndarray]) -> int:
+        return probe(model_bytes, feeds, {"runtime": "openvino", "config": self.config()})

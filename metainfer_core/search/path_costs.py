@@ -1,0 +1,98 @@
+"""What binding a graph to another execution path does, measured on the host: the ratio of its
+warm latency there to the default path's on the same graph (interleaved rounds, as verify
+times), and the accuracy loss the path adds. The predictor learns kernels on the default path;
+a bound candidate's latency is its graph's prediction times this ratio.
+
+Measured once per (path, graph class): plain float graphs, int8 (QDQ) graphs and graphs holding
+16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
+its precision hint applies to the float parts), so each class gets its own ratio; the first
+graph of a class the search binds stands for the class. A path that fails on a graph is
+remembered with its reason, and candidates bound to it are pruned with that reason."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from metainfer_core.accuracy import LossFn
+from metainfer_core.actions.base import has_op
+from metainfer_core.backends.base import Backend
+from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.timing import interleaved, settle_runs
+
+ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class PathCost:
+    ratio: float = float("nan")        # path latency / default path latency on the same graph
+    added_loss: float = 0.0
+    error: str | None = None
+    seconds: float = 0.0
+
+
+def graph_class(model: onnx.ModelProto) -> str:
+    if has_op(model, "QuantizeLinear", "DequantizeLinear"):
+        return "int8"
+    half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    if any(i.data_type in half for i in model.graph.initializer) or any(
+            a.name == "to" and a.i in half for n in model.graph.node if n.op_type == "Cast" for a in n.attribute):
+        return "half"
+    return "fp32"
+
+
+def unbound(model: onnx.ModelProto) -> onnx.ModelProto:
+    from metainfer_core.backends.paths import PATH_KEY
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    keep = [p for p in out.metadata_props if p.key != PATH_KEY]
+    del out.metadata_props[:]
+    out.metadata_props.extend(keep)
+    return out
+
+
+class PathCosts:
+    def __init__(self, backend: Backend, feeds: list[dict[str, np.ndarray]], reference, loss_fn: LossFn,
+                 rounds: int = ROUNDS):
+        self.backend, self.feeds, self.reference, self.loss_fn, self.rounds = backend, feeds, reference, loss_fn, rounds
+        self._costs: dict[tuple[ExecutionPath, str], PathCost] = {}
+        self.seconds = 0.0
+
+    @property
+    def measured(self) -> dict[str, dict]:
+        """For plan.json: each measured (path, graph class) and what it cost."""
+        return {f"{p.label}|{k}": {"ratio": c.ratio, "added_loss": c.added_loss, "error": c.error,
+                                   "seconds": round(c.seconds, 2)} for (p, k), c in self._costs.items()}
+
+    def run(self, model: onnx.ModelProto) -> list[list[np.ndarray]]:
+        """The validation outputs of `model` on its own path."""
+        c = self.backend.compile(model)
+        return [c.run(f) for f in self.feeds]
+
+    def cost(self, model: onnx.ModelProto) -> PathCost:
+        path = ExecutionPath.of(model)
+        key = (path, graph_class(model))
+        if key not in self._costs:
+            self._costs[key] = self._measure(model)
+        return self._costs[key]
+
+    def _measure(self, model: onnx.ModelProto) -> PathCost:
+        t0 = time.perf_counter()
+        try:
+            plain = self.backend.compile(unbound(model))
+            bound = self.backend.compile(model)
+            added = (self.loss_fn(self.reference, [bound.run(f) for f in self.feeds])
+                     - self.loss_fn(self.reference, [plain.run(f) for f in self.feeds]))
+            base, there = interleaved([plain, bound], [self.feeds[0]] * 2, self.rounds, settle_runs(self.backend))
+        except Exception as exc:  # noqa: BLE001 - a path that cannot run this graph prunes its candidates only
+            spent = time.perf_counter() - t0
+            self.seconds += spent
+            return PathCost(error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}",
+                            seconds=spent)
+        spent = time.perf_counter() - t0
+        self.seconds += spent
+        ratio = float(np.median(np.asarray(there) / np.maximum(np.asarray(base), 1e-9)))
+        return PathCost(ratio, max(0.0, float(added)), None, spent)
