@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
+from peers import NAMES  # noqa: E402
+
 LOSS_FLOOR = 1e-9    # lossless plans (loss ~1e-16) drawn at this floor of the log axis
 
 
@@ -46,12 +48,13 @@ def pareto(models: list[dict], out: Path) -> Path:
         ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="tab:red", lw=1, marker="o",
                 mfc="none", ms=8, label="Pareto front")
         c = m.get("compare") or {}
-        base = (c.get("default") or {}).get("latency_ms")
-        for k, mk in (("ort_static", "^"), ("ort_dynamic", "v")):
+        base = (c.get("ort_default") or {}).get("latency_ms")
+        for k, mk in (("ort_static", "^"), ("ort_dynamic", "v"), ("ov_default", "D"), ("ov_f32", "d"),
+                      ("ov_nncf_int8", "P")):
             v = c.get(k) or {}
             if base and v.get("latency_ms"):
                 ax.scatter([v["latency_ms"] / base], [max(v["accuracy_loss"], LOSS_FLOOR)], marker=mk, s=30,
-                           label=f"ORT {k.removeprefix('ort_')}")
+                           label=NAMES[k])
         _log_axes(ax, y_plain=False)
         ax.set_title(f"{m['name']} ({m['decision']})", fontsize=9)
         ax.set_xlabel("latency / default", fontsize=8)

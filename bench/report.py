@@ -2,7 +2,10 @@
 results dict (results.json): plain functions, no measuring here, so they are tested alone."""
 from __future__ import annotations
 
+import math
 import re
+
+from peers import NAMES, PEERS
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -28,20 +31,82 @@ def speedup_row(m: dict) -> str:
             f"| {m.get('mlflow_check', '–')} |")
 
 
-def compare_row(m: dict) -> str:
+def _gmean(xs) -> float | None:
+    xs = [x for x in xs if x and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _base(c: dict) -> float | None:
+    return (c.get("ort_default") or {}).get("latency_ms")
+
+
+def fastest_peer(c: dict, max_loss: float) -> tuple[str, float] | None:
+    """(label, latency ms) of the fastest peer (meta-infer excluded) whose accuracy loss is within
+    max_loss, or None when none ran within it."""
+    ok = [(v["latency_ms"], k) for k in PEERS if (v := c.get(k) or {}).get("latency_ms") and not v.get("error")
+          and v.get("accuracy_loss") is not None and v["accuracy_loss"] <= max_loss]
+    return (min(ok)[1], min(ok)[0]) if ok else None
+
+
+def compare_ratios(m: dict, max_loss: float) -> dict[str, float | None]:
+    """One model's ratio columns: each peer and meta-infer against ORT default, the ORT default
+    copies' A/A, the fastest peer within max_loss against ORT default, meta-infer against it."""
     c = m.get("compare") or {}
-    base = (c.get("default") or {}).get("latency_ms")
-    cells = []
-    for k in ("meta_infer", "ort_static", "ort_dynamic"):
-        v = c.get(k) or {}
-        if v.get("error"):
-            cells.append(f"failed ({v['error'][:60]})")
-        else:
-            same = " (= default)" if k == "meta_infer" and m.get("plan_is_default") else ""
-            cells.append(f"{_f(v.get('latency_ms'), '.4g')} ms, {_x(_ratio(base, v.get('latency_ms')))}, "
-                         f"loss {_f(v.get('accuracy_loss'), '.1e')}{same}")
-    aa = (c.get("default") or {}).get("aa")
-    return f"| {m['name']} | {_f(base, '.4g')} | {_x(aa)} | " + " | ".join(cells) + " |"
+    base = _base(c)
+    out = {k: _ratio(base, (c.get(k) or {}).get("latency_ms")) for k in (*PEERS[1:], "meta_infer")}
+    out["aa"] = (c.get("ort_default") or {}).get("aa")
+    best = fastest_peer(c, max_loss)
+    out["fastest"] = _ratio(base, best[1]) if best else None
+    out["vs_fastest"] = _ratio(best[1], (c.get("meta_infer") or {}).get("latency_ms")) if best else None
+    return out
+
+
+def _cell(v: dict | None, base) -> str:
+    if not v:
+        return "–"
+    if v.get("error"):
+        return f"failed: {v['error'][:70]}"
+    ms = v.get("latency_ms")
+    return f"{_f(ms, '.4g')} ms, {_x(_ratio(base, ms))}, loss {_f(v.get('accuracy_loss'), '.1e')}"
+
+
+def _path(m: dict) -> str:
+    v = (m.get("compare") or {}).get("meta_infer") or {}
+    p = v.get("path") or {}
+    if not p:
+        return "–"
+    graph = f", {p['graph']} graph" if p.get("graph") and p["graph"] != p.get("precision") else ""
+    via = f" via {p['loader']}" if p.get("loader") else ""
+    return (f"{p.get('runtime', '?')} {p.get('precision', '?')}{graph}{via}"
+            + (" (= default)" if m.get("plan_is_default") else ""))
+
+
+def compare_row(m: dict, max_loss: float = 0.01) -> str:
+    c = m.get("compare") or {}
+    base, r = _base(c), compare_ratios(m, max_loss)
+    if m.get("error") or not c:
+        return f"| {m['name']} | failed: {(m.get('error') or 'no comparison')[:150]} |" + "|" * (len(PEERS) + 4)
+    best = fastest_peer(c, max_loss)
+    mi = c.get("meta_infer") or {}
+    over = " (over max loss)" if (mi.get("accuracy_loss") or 0) > max_loss else ""
+    return (f"| {m['name']} | {_f(base, '.4g') if base else _cell(c.get('ort_default'), None)} | {_x(r['aa'])} | "
+            + " | ".join(_cell(c.get(k), base) for k in (*PEERS[1:], "meta_infer")) + f" | {_path(m)} | "
+            + (f"{NAMES[best[0]]} ({_x(r['fastest'])})" if best else "none") + f" | **{_x(r['vs_fastest'])}**{over} |")
+
+
+def peers_table(models: list[dict], max_loss: float = 0.01) -> list[str]:
+    """The per-model peers table with a last row of geometric means of every ratio column."""
+    cols = (*PEERS[1:], "meta_infer")
+    lines = ["| model | ORT default ms | A/A | " + " | ".join(NAMES[k] for k in cols)
+             + f" | meta-infer path | fastest peer within max_loss {max_loss:g} | meta-infer / fastest peer |",
+             "|---|---|---|" + "---|" * (len(cols) + 3)]
+    rows = [m for m in models if m.get("compare") or m.get("error")]
+    lines += [compare_row(m, max_loss) for m in rows]
+    ok = [compare_ratios(m, max_loss) for m in rows if not m.get("error") and m.get("compare")]
+    g = {k: _gmean([r[k] for r in ok]) for k in (*cols, "aa", "fastest", "vs_fastest")}
+    lines.append(f"| geo-mean ({len(ok)} models) | | {_x(g['aa'])} | " + " | ".join(_x(g[k]) for k in cols)
+                 + f" | | {_x(g['fastest'])} | **{_x(g['vs_fastest'])}** |")
+    return lines
 
 
 def roofline_row(m: dict) -> str:
@@ -50,23 +115,22 @@ def roofline_row(m: dict) -> str:
             f"| {r['limit_ms']:.3g} | {_f(m['adapted_ms'], '.4g')} | **{r['x_limit']:.3g}x** |")
 
 
+def max_loss(results: dict) -> float:
+    return float((results.get("options") or {}).get("max_loss") or 0.01)
+
+
 def headline(results: dict) -> dict:
-    """Geometric means over the models that ran: adapted vs default, and each ORT quantizer
-    vs default (same comparison run), plus the median distance to the roofline."""
-    import math
-
-    def gmean(xs):
-        xs = [x for x in xs if x and math.isfinite(x)]
-        return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
+    """Geometric means over the models that ran: adapted vs default (adapt's verify), each peer
+    and meta-infer vs ORT default (same comparison run), the fastest peer within max_loss and
+    meta-infer against it, plus the median distance to the roofline."""
+    gmean = _gmean
     ok = [m for m in results["models"] if not m.get("error")]
     out = {"models": len(ok), "failed": len(results["models"]) - len(ok),
            "adapted": sum(1 for m in ok if m["decision"] == "adapted"),
            "speedup_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in ok])}
-    for k in ("meta_infer", "ort_static", "ort_dynamic"):
-        out[f"{k}_gmean"] = gmean([_ratio((m.get("compare") or {}).get("default", {}).get("latency_ms"),
-                                          (m.get("compare") or {}).get(k, {}).get("latency_ms")) for m in ok])
-    out["aa_gmean"] = gmean([(m.get("compare") or {}).get("default", {}).get("aa") for m in ok])
+    ratios = [compare_ratios(m, max_loss(results)) for m in ok if m.get("compare")]
+    for k in (*PEERS[1:], "meta_infer", "aa", "fastest", "vs_fastest"):
+        out[f"{k}_gmean"] = gmean([r[k] for r in ratios])
     xs = sorted(m["roofline"]["x_limit"] for m in ok if m.get("roofline"))
     out["roofline_x_median"] = xs[len(xs) // 2] if xs else None
     return out
@@ -83,9 +147,10 @@ def markdown(results: dict) -> str:
              f"- adapted vs default (adapt's own verify, geometric mean over {h['models']} models): "
              f"**{_x(h['speedup_gmean'])}**; {h['adapted']} adapted, {h['models'] - h['adapted']} kept the default"
              + (f"; {h['failed']} failed" if h["failed"] else ""),
-             f"- same-run comparison vs default (geometric mean): meta-infer {_x(h['meta_infer_gmean'])}, "
-             f"ORT quantize_static {_x(h['ort_static_gmean'])}, ORT quantize_dynamic {_x(h['ort_dynamic_gmean'])} "
-             f"(A/A noise floor {_x(h['aa_gmean'])})",
+             f"- same-run comparison vs ORT default (geometric mean): meta-infer {_x(h['meta_infer_gmean'])}, "
+             + ", ".join(f"{NAMES[k]} {_x(h[k + '_gmean'])}" for k in PEERS[1:])
+             + f" (A/A noise floor {_x(h['aa_gmean'])}); fastest peer within accuracy.max_loss {max_loss(results):g} "
+             f"{_x(h['fastest_gmean'])}, meta-infer against it **{_x(h['vs_fastest_gmean'])}**",
              f"- adapted latency / roofline limit (median): {_f(h['roofline_x_median'], '.3g')}x", ""]
     lines += ["## Adapted vs default on `cpu`", "",
               "From each run's plan.json (`baseline` = default plan, `measured` = chosen plan, timed interleaved in "
@@ -96,17 +161,24 @@ def markdown(results: dict) -> str:
     for m in results["models"]:
         lines.append(f"| {m['name']} | failed: {m['error'][:150]} |||||||||||" if m.get("error") else speedup_row(m))
     lines += ["", "## Against what a user would try instead", "",
-              "The default plan (`default.onnx` of the run), meta-infer's plan (`model.onnx`) and ONNX Runtime's "
-              "`quantize_static` (defaults: QDQ, QInt8/QInt8, MinMax, per-tensor; calibrated on the same inputs) and "
-              "`quantize_dynamic` (defaults) of the default plan, timed together with verify's method (interleaved "
-              f"runs, {results['options'].get('compare_runs')} each). Cells: median latency, speed-up vs default, "
-              "accuracy loss (1 − cosine, worst case). Each round starts at the next plan; the default is loaded "
-              "first and last and its figure pools both copies; A/A is the first copy against the second (noise "
-              "floor: a ratio that close to 1.00x means nothing). `(= default)`: adapt rolled back or kept the "
-              "default, so meta-infer's plan is the default model byte for byte and its ratio is noise too.", "",
-              "| model | default ms | A/A | meta-infer | ORT quantize_static | ORT quantize_dynamic |",
-              "|---|---|---|---|---|---|"]
-    lines += [compare_row(m) for m in results["models"] if not m.get("error")]
+              "Per model, in one interleaved timing run with verify's method (bench/ort_baselines.py compare(), the "
+              f"peers in bench/peers.py; {results['options'].get('compare_runs')} timed runs each, every one after "
+              "two untimed warm runs, each round starting at the next peer; median): ONNX Runtime as it comes "
+              "(ORT default: CPU provider, 1 intra-op thread, ORT_ENABLE_ALL, on the run's `default.onnx`), ORT "
+              "`quantize_static` (QDQ, QUInt8 activations / QInt8 weights, per channel, calibrated on the same "
+              "inputs), ORT `quantize_dynamic` (defaults), OpenVINO's CPU plugin at its default precision (bf16 on "
+              "a CPU with AMX / AVX512-BF16) and with `INFERENCE_PRECISION_HINT` f32 (1 thread, LATENCY hint, 1 "
+              "stream), OpenVINO after NNCF's int8 post-training quantization (same calibration inputs), and "
+              "meta-infer's plan (`metainfer_core.deploy.load_plan` of the run folder when the module exists, else "
+              "its `model.onnx` on ONNX Runtime; the path column says which runtime and precision ran). Cells: median "
+              "latency, ratio to ORT default (> 1 = faster), accuracy loss against the fp32 reference "
+              "(`plan_loss`, worst case over the inputs); a peer that could not convert, compile or run says "
+              "`failed:` and why. ORT default is loaded first and last and its figure pools both copies; A/A is the "
+              "first copy against the second (noise floor). `fastest peer` is the fastest of the six peers whose "
+              f"loss is within accuracy.max_loss ({max_loss(results):g}); the last column is its latency over "
+              "meta-infer's (> 1 = meta-infer faster). `(= default)`: adapt kept the default plan. The last row "
+              "holds the geometric mean of every ratio column.", ""]
+    lines += peers_table(results["models"], max_loss(results))
     p = results.get("peaks")
     if p:
         lines += ["", "## Roofline reference", "",
@@ -194,24 +266,30 @@ def readme_block(results: dict, report_path: str) -> str:
              f"shared: {results['machine']['load']}), `{results['command']}`, {results['wall_s'] / 60:.1f} min; "
              f"full report `{report_path}`. Target `cpu` (measured, 1 thread).", "",
              "| model | default ms | adapted ms | speed-up | accuracy loss | decision | ORT static | ORT dynamic "
-             "| A/A | adapted / roofline |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| fastest peer | meta-infer / fastest peer | A/A | adapted / roofline |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for m in results["models"]:
         if m.get("error"):
-            lines.append(f"| {m['name']} | failed |||||||")
+            lines.append(f"| {m['name']} | failed |||||||||||")
             continue
         c = m.get("compare") or {}
-        base = (c.get("default") or {}).get("latency_ms")
+        base, r, best = _base(c), compare_ratios(m, max_loss(results)), fastest_peer(c, max_loss(results))
         ort = [_x(_ratio(base, (c.get(k) or {}).get("latency_ms"))) + f" ({_f((c.get(k) or {}).get('accuracy_loss'), '.0e')})"
                for k in ("ort_static", "ort_dynamic")]
         lines.append(f"| {m['name']} | {_f(m['default_ms'], '.3g')} | {_f(m['adapted_ms'], '.3g')} "
                      f"| {_x(_ratio(m['default_ms'], m['adapted_ms']))} | {_f(m['accuracy_loss'], '.1e')} "
-                     f"| {m['decision']} | {ort[0]} | {ort[1]} | {_x((c.get('default') or {}).get('aa'))} "
+                     f"| {m['decision']} | {ort[0]} | {ort[1]} "
+                     f"| {NAMES[best[0]] + ' ' + _x(r['fastest']) if best else '–'} "
+                     f"| {_x(r['vs_fastest'])} | {_x(r['aa'])} "
                      f"| {_f((m.get('roofline') or {}).get('x_limit'), '.3g')}x |")
     lines += ["", f"Geometric-mean speed-up {_x(h['speedup_gmean'])} (meta-infer, adapt's verify); in the suite's "
                   f"own interleaved comparison meta-infer {_x(h['meta_infer_gmean'])}, ORT static "
-                  f"{_x(h['ort_static_gmean'])}, ORT dynamic {_x(h['ort_dynamic_gmean'])}, default against itself "
-                  f"(A/A noise floor) {_x(h['aa_gmean'])}. ORT columns: speed-up vs the default, accuracy loss in "
-                  "brackets.", END]
+                  f"{_x(h['ort_static_gmean'])}, ORT dynamic {_x(h['ort_dynamic_gmean'])}, OpenVINO "
+                  f"{_x(h['ov_default_gmean'])} (f32 {_x(h['ov_f32_gmean'])}, "
+                  f"NNCF int8 {_x(h['ov_nncf_int8_gmean'])}), "
+                  f"ORT default against itself (A/A noise floor) {_x(h['aa_gmean'])}; meta-infer against the fastest "
+                  f"peer within accuracy.max_loss {_x(h['vs_fastest_gmean'])}. ORT columns: speed-up vs ORT default, "
+                  "accuracy loss in brackets; fastest peer: its speed-up vs ORT default.", END]
     return "\n".join(lines)
 
 

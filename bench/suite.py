@@ -4,8 +4,9 @@
     python bench/suite.py --quick   # a few models, quick search, fewer side benchmarks (iterations)
 
 Per model on `cpu` (zoo and PP-OCR): flows/adapt.py run as a user runs it (its plan.json and
-MLflow run are the figures' source), then the default plan, meta-infer's plan and ONNX
-Runtime's quantize_static / quantize_dynamic timed together, and the model's roofline limit from
+MLflow run are the figures' source), then meta-infer's plan and its peers (ONNX Runtime as it
+comes, its quantize_static / quantize_dynamic, OpenVINO at its default precision and f32, OpenVINO
++ NNCF int8: bench/peers.py) timed together, and the model's roofline limit from
 peaks measured in the same run. Then predictor accuracy, search scaling and re-profiling cost
 (the other bench/ scripts' functions). Writes artifacts/bench/report.md, results.json and PNG
 plots, logs them to MLflow and rewrites the README's results block. Progress goes to stderr.
@@ -65,7 +66,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--store", type=Path, default=None,
                     help="artifacts folder of the adapt runs (MLflow, fingerprint library, runs); default <out>/store")
     ap.add_argument("--fresh", action="store_true", help="empty the store first (MLflow history included)")
-    ap.add_argument("--compare-runs", type=int, default=50, help="interleaved runs per plan in the ORT comparison")
+    ap.add_argument("--compare-runs", type=int, default=50, help="interleaved timed runs per peer in the comparison with the peers")
     ap.add_argument("--no-readme", action="store_true", help="leave README.md's results block as it is")
     a, extra = ap.parse_known_args(argv)
     bad = [x for x in extra if "=" not in x or x.startswith("-")]
@@ -80,6 +81,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     a.store = (a.store or a.out / "store").resolve()
     a.out = a.out.resolve()
     return a
+
+
+def max_loss(extra: list[str]) -> float:
+    """accuracy.max_loss as the adapt runs see it: an override among the extra arguments, else
+    conf/config.yaml's."""
+    for x in reversed(extra):
+        if x.lstrip("+").startswith("accuracy.max_loss="):
+            return float(x.split("=", 1)[1])
+    import yaml
+    return float(yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())["accuracy"]["max_loss"])
 
 
 def machine() -> dict:
@@ -116,7 +127,7 @@ def model_row(name: str, plan_path: Path, client: MlflowClient) -> dict:
                            for c in p["candidates"]]}
 
 
-def run_models(a, cpu, client: MlflowClient) -> list[dict]:
+def run_models(a, client: MlflowClient) -> list[dict]:
     runs = adapt_cpu.model_args()
     names = a.models or [n for n in (QUICK_MODELS if a.quick else runs) if n in runs]
     overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + a.extra
@@ -133,9 +144,9 @@ def run_models(a, cpu, client: MlflowClient) -> list[dict]:
         default, plan = onnx.load(folder / "default.onnx"), onnx.load(folder / "model.onnx")
         row["plan_is_default"] = (folder / "default.onnx").read_bytes() == (folder / "model.onnx").read_bytes()
         if "compare" not in a.skip:
-            say(f"  {name}: default vs meta-infer vs ORT quantize_static / quantize_dynamic, "
-                f"{a.compare_runs} interleaved runs")
-            row["compare"] = compare(cpu, default, plan, samples=4, seed=0, runs=a.compare_runs, warmup=3)
+            say(f"  {name}: meta-infer vs its peers (ORT default / quantize_static / quantize_dynamic, OpenVINO "
+                f"default / f32 / NNCF int8), {a.compare_runs} interleaved runs")
+            row["compare"] = compare(default, plan, samples=4, seed=0, runs=a.compare_runs, warmup=3, run_folder=folder)
         w = roofline.model_work(default)
         row["work"] = {"flops": w.flops, "weight_bytes": w.weight_bytes, "io_bytes": w.io_bytes}
         say(f"  {name}: {row['decision']}, {row['default_ms']:.4g} -> {row['adapted_ms']:.4g} ms "
@@ -211,11 +222,11 @@ def main(argv: list[str]) -> int:
     results: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
                      "command": command.strip(),
                      "options": {"quick": a.quick, "models": a.models, "skip": a.skip, "extra": a.extra,
-                                 "compare_runs": a.compare_runs}}
+                                 "compare_runs": a.compare_runs, "max_loss": max_loss(a.extra)}}
     cpu = target_backend("cpu")
     first = measure_peaks(cpu, "start")
     client = MlflowClient(tracking_uri=uri)
-    results["models"] = run_models(a, cpu, client)
+    results["models"] = run_models(a, client)
     side_benchmarks(a, results)
     peaks = roofline.best(first, measure_peaks(cpu, "end"))
     results["peaks"] = peaks.as_dict()

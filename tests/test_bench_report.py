@@ -72,6 +72,21 @@ def test_peak_microbenchmarks_measure_positive_rates():
     assert all(math.isfinite(v) for v in p.as_dict().values())
 
 
+def _compare(default_ms, adapted_ms, nncf_error=None):
+    """A compare() result as bench/ort_baselines.py returns it (ORT default first, then the peers)."""
+    ok = lambda ms, loss, runtime, precision: {"latency_ms": ms, "accuracy_loss": loss, "error": None,  # noqa: E731
+                                               "path": {"runtime": runtime, "precision": precision}}
+    return {"ort_default": ok(default_ms, 0.0, "onnxruntime-1.x", "fp32") | {"aa": 1.02},
+            "ort_static": ok(default_ms / 1.25, 4e-4, "onnxruntime-1.x", "int8"),
+            "ort_dynamic": ok(default_ms * 4, 3e-4, "onnxruntime-1.x", "int8"),
+            "ov_default": ok(default_ms / 2, 5e-2, "openvino-2026.x", "bf16"),      # fastest, but over max_loss
+            "ov_f32": ok(default_ms / 1.6, 1e-7, "openvino-2026.x", "f32"),
+            "ov_nncf_int8": ({"latency_ms": None, "accuracy_loss": None, "path": None, "error": nncf_error}
+                             if nncf_error else ok(default_ms / 1.1, 6e-4, "openvino-2026.x", "int8+bf16")),
+            "meta_infer": ok(adapted_ms, 2e-4, "openvino", "bf16") | {
+                "path": {"runtime": "openvino", "precision": "bf16", "graph": "fp32", "loader": "deploy.load_plan"}}}
+
+
 def _model(name, default_ms, adapted_ms, decision="adapted", actions=("int8",)):
     return {"name": name, "nodes": 49, "decision": decision, "actions": list(actions), "default_ms": default_ms,
             "default_loss": 1e-16, "default_predicted_ms": default_ms * 1.2, "adapted_ms": adapted_ms,
@@ -81,21 +96,22 @@ def _model(name, default_ms, adapted_ms, decision="adapted", actions=("int8",)):
                             "measured_ms": adapted_ms, "accuracy_loss": 2e-4, "error": None},
                            {"label": "candidate2", "actions": ["fp16"], "predicted_ms": default_ms,
                             "measured_ms": default_ms * 1.3, "accuracy_loss": 1e-6, "error": None}],
-            "compare": {"default": {"latency_ms": default_ms, "accuracy_loss": 0.0, "aa": 1.02},
-                        "meta_infer": {"latency_ms": adapted_ms, "accuracy_loss": 2e-4},
-                        "ort_static": {"latency_ms": default_ms / 1.25, "accuracy_loss": 4e-4},
-                        "ort_dynamic": {"latency_ms": default_ms * 4, "accuracy_loss": 3e-4}},
+            "compare": _compare(default_ms, adapted_ms),
             "roofline": {"gflops": 0.1, "mbytes": 1.0, "precision": "int8", "bound": "compute",
                          "limit_ms": adapted_ms / 50, "x_limit": 50.0}}
+
+
+NNCF_ERROR = "convert/compile: RuntimeError: Exception from src/core/src/node.cpp"
 
 
 def results():
     return {"date": "2026-11-29 20:00 UTC", "command": "make bench",
             "machine": {"cpu": "Test CPU", "cores": 2, "load": "load average 1.0 at start", "onnxruntime": "1.x"},
-            "options": {"quick": False, "compare_runs": 40}, "wall_s": 600.0,
+            "options": {"quick": False, "compare_runs": 40, "max_loss": 0.01}, "wall_s": 600.0,
             "peaks": {"fp32_gflops": 100.0, "int8_gops": 800.0, "bandwidth_gbs": 12.0, "cache_bandwidth_gbs": 80.0,
                       "cache_bytes": 2 << 20},
-            "models": [_model("resnet_tiny", 0.4, 0.2), _model("mlp", 0.1, 0.1, "rolled_back", ()),
+            "models": [_model("resnet_tiny", 0.4, 0.2) | {"compare": _compare(0.4, 0.2, NNCF_ERROR)},
+                       _model("mlp", 0.1, 0.1, "rolled_back", ()),
                        {"name": "ppocr_rec", "error": "error: the run failed inside the pipeline"}],
             "search_scaling": [{"target": "gpu", "beam": 8, "depth": 6, "nodes": 97, "search_s": 4.0, "evaluated": 133},
                                {"target": "gpu", "beam": 8, "depth": 6, "nodes": 997, "search_s": 40.0,
@@ -116,8 +132,24 @@ def test_headline_ratios_are_geometric_means_of_the_rows():
     assert h["speedup_gmean"] == pytest.approx(math.sqrt(2.0 * 1.0))
     assert h["ort_static_gmean"] == pytest.approx(1.25)
     assert h["ort_dynamic_gmean"] == pytest.approx(0.25)
+    assert h["ov_default_gmean"] == pytest.approx(2.0) and h["ov_f32_gmean"] == pytest.approx(1.6)
+    assert h["ov_nncf_int8_gmean"] == pytest.approx(1.1)           # the failed peer (resnet_tiny) is left out
+    assert h["meta_infer_gmean"] == pytest.approx(math.sqrt(2.0))
+    assert h["fastest_gmean"] == pytest.approx(1.6)                # OpenVINO f32: bf16 is faster, but over max_loss
+    assert h["vs_fastest_gmean"] == pytest.approx(math.sqrt((0.25 / 0.2) * (0.0625 / 0.1)))
     assert h["roofline_x_median"] == 50.0
     assert h["aa_gmean"] == pytest.approx(1.02)
+
+
+def test_fastest_peer_respects_max_loss_and_leaves_meta_infer_out():
+    c = _compare(0.4, 0.01)
+    assert report.fastest_peer(c, 0.01) == ("ov_f32", pytest.approx(0.25))
+    assert report.fastest_peer(c, 0.1) == ("ov_default", pytest.approx(0.2))  # looser bound: bf16 qualifies
+    assert report.fastest_peer(c, 0.0) == ("ort_default", pytest.approx(0.4))
+    c["ort_default"]["accuracy_loss"] = 1e-3
+    assert report.fastest_peer(c, 1e-9) is None
+    r = report.compare_ratios({"name": "x", "compare": c}, 1e-9)
+    assert r["fastest"] is None and r["vs_fastest"] is None and r["meta_infer"] == pytest.approx(40.0)
 
 
 def test_report_names_runs_ratios_failures_and_sections():
@@ -125,11 +157,34 @@ def test_report_names_runs_ratios_failures_and_sections():
     assert "**2.00x**" in md and "**1.00x**" in md                       # adapted vs default per row
     assert "`artifacts/bench/store/runs/x-resnet_tiny`" in md and "`run-resnet_tiny`" in md
     assert "| ppocr_rec | failed: error: the run failed" in md
-    assert "| resnet_tiny | 0.4 | 1.02x | 0.2 ms, 2.00x, loss 2.0e-04 | 0.32 ms, 1.25x, loss 4.0e-04 |" in md
+    header = ("| model | ORT default ms | A/A | ORT quantize_static | ORT quantize_dynamic | OpenVINO default "
+              "| OpenVINO f32 | OpenVINO+NNCF int8 | meta-infer | meta-infer path | fastest peer within max_loss 0.01 "
+              "| meta-infer / fastest peer |")
+    assert header + "\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" in md
+    assert ("| resnet_tiny | 0.4 | 1.02x | 0.32 ms, 1.25x, loss 4.0e-04 | 1.6 ms, 0.25x, loss 3.0e-04 "
+            "| 0.2 ms, 2.00x, loss 5.0e-02 | 0.25 ms, 1.60x, loss 1.0e-07 "
+            "| failed: convert/compile: RuntimeError: Exception from src/core/src/node.cpp "
+            "| 0.2 ms, 2.00x, loss 2.0e-04 | openvino bf16, fp32 graph via deploy.load_plan "
+            "| OpenVINO f32 (1.60x) | **1.25x** |") in md
+    assert "| mlp | 0.1 | 1.02x | 0.08 ms, 1.25x, loss 4.0e-04 |" in md
+    assert "| 0.09091 ms, 1.10x, loss 6.0e-04 | 0.1 ms, 1.00x, loss 2.0e-04 |" in md
+    assert ("| geo-mean (2 models) | | 1.02x | 1.25x | 0.25x | 2.00x | 1.60x | 1.10x | 1.41x | | 1.60x "
+            "| **0.88x** |") in md
+    assert "fastest peer within accuracy.max_loss 0.01 1.60x, meta-infer against it **0.88x**" in md
     assert "**50x**" in md and "80.0 GB/s inside the 2048 KiB" in md                                              # adapted / roofline
     assert "| 997 | 40.0 | 133 | 0.301 | 10.00x |" in md                 # search scaling vs smallest
     assert "| fpga (modeled) | 10.0 (300) | 0.50 | 0.05x | firmware | 1.00 (Conv) | 100 / 200 | 0.10x |" in md
     assert "![pareto.png](pareto.png)" in md
+
+
+def test_peers_table_keeps_failed_models_and_every_column():
+    rows = [{"name": "a", "compare": _compare(1.0, 0.5)}, {"name": "b", "error": "ValueError: no model"},
+            {"name": "c", "compare": {k: v for k, v in _compare(2.0, 1.0).items() if k != "meta_infer"}}]
+    lines = report.peers_table(rows, 0.1)
+    assert len(lines) == 2 + 3 + 1 and all(ln.count("|") == 13 for ln in lines), lines
+    assert lines[3].startswith("| b | failed: ValueError: no model |")
+    assert "| – | – | OpenVINO default (2.00x) | **–** |" in lines[4]      # no plan: meta-infer columns empty
+    assert lines[-1].startswith("| geo-mean (2 models) |") and lines[-1].endswith("| | 2.00x | **1.00x** |")
 
 
 def test_readme_block_is_replaced_in_place_and_idempotent():
@@ -138,6 +193,8 @@ def test_readme_block_is_replaced_in_place_and_idempotent():
     once = report.replace_block(text, block)
     assert "old table" not in once and once.startswith("# T\n\nbefore\n\n") and once.endswith("\n\nafter\n")
     assert "| resnet_tiny | 0.4 | 0.2 | 2.00x |" in once and "2026-11-29 20:00 UTC" in once and "Test CPU" in once
+    assert "| 1.25x (4e-04) | 0.25x (3e-04) | OpenVINO f32 1.60x | 1.25x | 1.02x | 50x |" in once
+    assert "| ppocr_rec | failed |||||||||||" in once
     assert report.replace_block(once, block) == once
     for broken in ("no markers", f"{report.END} {report.BEGIN}", f"{report.BEGIN}{report.END}{report.BEGIN}{report.END}"):
         with pytest.raises(ValueError, match="exactly one"):

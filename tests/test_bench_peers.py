@@ -1,0 +1,81 @@
+"""bench/peers.py for real, on a zoo model: every peer converts, compiles, runs and is timed
+interleaved (3 rounds), or says why not; a peer that fails never stops the others."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import ort_baselines  # noqa: E402
+import peers  # noqa: E402
+from metainfer_core import zoo  # noqa: E402
+from metainfer_core.accuracy import run_cpu  # noqa: E402
+from metainfer_core.tensors import random_feeds  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mlp() -> onnx.ModelProto:
+    return zoo.build("mlp", seed=0)
+
+
+def _done(row: dict) -> bool:
+    """A latency and a loss, or a failure reason."""
+    if row["error"]:
+        return isinstance(row["error"], str) and ": " in row["error"] and row["latency_ms"] is None
+    return row["latency_ms"] > 0 and math.isfinite(row["latency_ms"]) and row["accuracy_loss"] is not None
+
+
+def test_every_peer_is_timed_or_says_why(mlp):
+    feeds = [random_feeds(mlp, seed=i) for i in range(2)]
+    build = peers.builders(mlp, feeds) | {"meta_infer": lambda: peers.PlanPeer(plan=mlp)}
+    out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1)
+    assert list(out) == [*peers.PEERS, "meta_infer"]
+    assert all(_done(r) for r in out.values()), out
+    for label in ("ort_default", "ov_f32", "meta_infer"):          # fp32 paths: these must run
+        assert out[label]["error"] is None and len(out[label]["samples_ms"]) == 3, out[label]
+    assert out["ov_f32"]["accuracy_loss"] < 1e-4
+    assert out["ov_f32"]["path"]["precision"] == "f32" and out["ov_f32"]["path"]["runtime"].startswith("openvino")
+    assert out["meta_infer"]["path"]["loader"] == "model.onnx" and out["meta_infer"]["accuracy_loss"] < 1e-6
+    r = peers.ratios(out)
+    assert r["ort_default"] == pytest.approx(1.0) and all(v is None or v > 0 for v in r.values())
+
+
+def test_a_failing_peer_is_a_result_not_a_crash(mlp):
+    feeds = [random_feeds(mlp, seed=0)]
+
+    class Flaky(peers.OrtPeer):
+        calls = 0
+
+        def time_once(self, f):
+            Flaky.calls += 1
+            if Flaky.calls > 2:           # fine while warming up, fails inside the interleaved rounds
+                raise RuntimeError("device lost\nsecond line")
+            return super().time_once(f)
+
+    def refuses():
+        raise ValueError("unsupported operator Foo")
+
+    build = {"ort_default": lambda: peers.OrtPeer(mlp), "refuses": refuses, "flaky": lambda: Flaky(mlp)}
+    out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1, settle=0)
+    assert out["refuses"]["error"] == "convert/compile: ValueError: unsupported operator Foo"
+    assert out["flaky"]["error"] == "timing: RuntimeError: device lost" and out["flaky"]["latency_ms"] is None
+    assert out["ort_default"]["error"] is None and len(out["ort_default"]["samples_ms"]) == 3
+
+
+def test_compare_pools_the_two_ort_default_copies_and_loads_a_run_folder(mlp, tmp_path):
+    onnx.save(mlp, tmp_path / "model.onnx")
+    (tmp_path / "plan.json").write_text(json.dumps({"decision": "rolled_back"}))
+    c = ort_baselines.compare(mlp, samples=2, runs=3, warmup=1, run_folder=tmp_path,
+                              labels=("ort_default", "ov_f32"))
+    assert list(c) == ["ort_default", "ov_f32", "meta_infer"]
+    assert c["ort_default"]["aa"] > 0 and "samples_ms" not in c["ort_default"]
+    p = c["meta_infer"]["path"]
+    assert c["meta_infer"]["error"] is None, c["meta_infer"]
+    assert p["loader"] in ("deploy.load_plan", "model.onnx") and p["graph"] == "fp32"   # deploy: when importable
