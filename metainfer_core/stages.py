@@ -66,38 +66,36 @@ def _load(s: Settings) -> tuple[onnx.ModelProto, str]:
     return load_model(s.model.path), str(Path(s.model.path).resolve())
 
 
-def _validation_feeds(s: Settings, model: onnx.ModelProto) -> tuple[list[dict[str, np.ndarray]], np.ndarray | None]:
-    """Validation (and calibration) inputs, plus labels when the .npz has them."""
-    spec = input_feeds_spec(model)
+def _validation_feeds(s: Settings, model: onnx.ModelProto, samples: dict[str, np.ndarray] | None = None
+                      ) -> tuple[list[dict[str, np.ndarray]], np.ndarray | None]:
+    """Validation (and calibration) inputs, plus labels when the .npz has them: data.inputs'
+    samples (`samples`: its arrays, already loaded) checked against the model's inputs, else
+    seeded random inputs (integers within what the graph allows)."""
+    from metainfer_core.normalize.inputs import load_samples, sample_feeds
+
     if s.data.inputs is None:
         return [random_feeds(model, seed=s.seed + i) for i in range(s.verify.samples)], None
-    data = np.load(s.data.inputs)
-    missing = sorted(set(spec) - set(data.files))
-    if missing:
-        raise MetaInferError(f"data.inputs={s.data.inputs} has no array for model input(s) {missing} "
-                             f"(it has {sorted(data.files)}). Save one array per input, keyed by the input's name.")
-    n = min(len(data[k]) for k in spec)
-    feeds = []
-    for i in range(n):
-        feed = {}
-        for k, info in spec.items():
-            arr = np.asarray(data[k][i]).astype(info.dtype)
-            if tuple(arr.shape) != info.shape:
-                raise MetaInferError(f"data.inputs: sample {i} of input {k!r} has shape {list(arr.shape)}, the model "
-                                     f"(after binding) expects {list(info.shape)}. Bind matching sizes with "
-                                     f"model.input_shapes or fix the .npz.")
-            feed[k] = arr
-        feeds.append(feed)
-    labels = np.asarray(data[s.data.labels_key])[:n] if s.data.labels_key in data.files else None
-    return feeds, labels
+    return sample_feeds(model, load_samples(s.data.inputs) if samples is None else samples, s.data.inputs,
+                        s.data.labels_key)
 
 
 def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
+    from metainfer_core.normalize.equivalence import MAX_SAMPLES
+    from metainfer_core.normalize.inputs import load_samples, sample_shapes
+    from metainfer_core.normalize.shapes import bind_input_shapes, unknown_negative_dims
+
     t0 = time.perf_counter()
     original, source = _load(s)
     sha = hashlib.sha256(original.SerializeToString()).hexdigest()
     progress(f"normalize: {len(original.graph.node)} nodes from {source}")
-    unbound = unbound_inputs(original, s.model.input_shapes or None) if target_static_shapes else {}
+    input_shapes = s.model.input_shapes or None
+    samples = load_samples(s.data.inputs) if s.data.inputs is not None else None
+    if samples is not None:     # dims model.input_shapes leaves symbolic take the samples' sizes
+        input_shapes, taken = sample_shapes(original, samples, input_shapes)
+        if taken:
+            progress("normalize: binding " + ", ".join(f"{k} to {v}" for k, v in taken.items())
+                     + f" (the samples' shape in data.inputs={s.data.inputs})")
+    unbound = unbound_inputs(original, input_shapes) if target_static_shapes else {}
     if unbound:  # refused before normalize spends time on the model
         listed = ", ".join(f"{k!r} {v if v is not None else '(rank unknown)'}" for k, v in unbound.items())
         example = ",".join(f"{k}:[{','.join(str(d) if isinstance(d, int) else '1' for d in v)}]" if v is not None
@@ -106,10 +104,20 @@ def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print)
                              f"{listed} that model.input_shapes does not bind. Bind each to its deployment size for "
                              f"this run, e.g. 'model.input_shapes={{{example}}}' (quoted for the shell; each 1 "
                              "stands for a symbolic dim: put the real size).")
-    result = normalize(original, input_shapes=s.model.input_shapes or None, seed=s.seed)
+    feeds, labels = None, None
+    if samples is not None:     # real inputs for normalize's equivalence check and shape filling too
+        feeds, labels = _validation_feeds(s, bind_input_shapes(unknown_negative_dims(original), input_shapes), samples)
+    result = normalize(original, input_shapes=input_shapes, seed=s.seed, feeds=feeds)
+    for warning in result.warnings:
+        progress(f"WARNING: normalize: {warning}")
     progress(f"normalize: {result.nodes_before} -> {result.nodes_after} nodes, max output error "
-             f"{max(result.max_abs_err.values(), default=0.0):.2e}")
-    feeds, labels = _validation_feeds(s, result.model)
+             f"{max(result.max_abs_err.values(), default=0.0):.2e}"
+             + (f" on {min(len(feeds), MAX_SAMPLES)} sample(s) of data.inputs" if feeds else " on random inputs"))
+    if feeds is None:
+        feeds, labels = _validation_feeds(s, result.model)
+    else:                       # the inputs normalize kept (an unused input may be gone)
+        fed = {i.name for i in result.model.graph.input}
+        feeds = [{k: v for k, v in f.items() if k in fed} for f in feeds]
     if s.accuracy.metric == "top1" and labels is None:
         progress("accuracy: metric top1 without labels in data.inputs: measuring top-1 agreement with fp32")
     reference = run_cpu(result.model, feeds)

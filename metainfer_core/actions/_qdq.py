@@ -23,7 +23,7 @@ from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins, wiring
 from metainfer_core.normalize.graph_utils import attr_value, clone
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.tensors import quiet_session_options, tensor_infos
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 ALL_OPS = COMPUTE_OPS + ("Add", "Mul", "Relu", "Clip", "LeakyRelu", "Sigmoid", "MaxPool", "AveragePool",
@@ -91,10 +91,8 @@ def calibrate(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], method
     probe = clone(model)
     have = {o.name for o in probe.graph.output}
     probe.graph.output.extend(helper.make_tensor_value_info(t, _F32, None) for t in names if t not in have)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so = quiet_session_options(intra_op_num_threads=1,
+                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
     wanted = [o.name for o in sess.get_outputs() if o.name in set(names)]
     spec = {i.name for i in sess.get_inputs()}
@@ -182,18 +180,38 @@ def channel_spread(w: np.ndarray, axis: int) -> float:
 def weight_axis(node: onnx.NodeProto, w: np.ndarray, per_channel: bool | str, opset: int) -> int | None:
     """The axis of a weight's scales (None: one scale for the tensor) under `per_channel`:
     True, False, or "auto" (per channel where channels differ: AUTO_SPREAD; per tensor below
-    opset 13, which has no per-channel DequantizeLinear)."""
+    opset 13, which has no per-channel DequantizeLinear). Per tensor too where ONNX Runtime
+    runs no per-channel scales (per_channel_runs)."""
+    if not per_channel or not per_channel_runs(node, w.ndim):
+        return None
+    axis = _weight_axis(node, w.ndim)
     if per_channel == "auto":
-        return _weight_axis(node) if opset >= 13 and channel_spread(w, _weight_axis(node)) > AUTO_SPREAD else None
-    return _weight_axis(node) if per_channel else None
+        return axis if opset >= 13 and channel_spread(w, axis) > AUTO_SPREAD else None
+    return axis
 
 
-def _weight_axis(node: onnx.NodeProto) -> int:
+def per_channel_runs(node: onnx.NodeProto, rank: int) -> bool:
+    """Whether ONNX Runtime runs the consumer with one weight scale per output channel. Not a
+    MatMul whose B has rank other than 2: ORT fuses DQ -> MatMul into MatMulIntegerToFloat /
+    QLinearMatMul, whose B scale and zero point must be one value (or one per column of a 2-D
+    B): a batched weight [..., K, N] with scales on N fails at run time ("b zero point is not
+    valid"; "For per axis quantization, scale must be 1D tensor with size 1" on a jax2tf model)."""
+    return not (node.op_type == "MatMul" and rank != 2)
+
+
+def _weight_axis(node: onnx.NodeProto, rank: int = 2) -> int:
+    """The output-channel axis of the consumer's weight (input 1), by the op's semantics:
+    Conv W [M, C/g, k...]: 0; ConvTranspose W [C, M/g, k...]: 1; Gemm B [K, N] (or [N, K] with
+    transB): 1 (0); MatMul B [..., K, N]: the last axis (a rank-1 B, [K], has none: 0)."""
     if node.op_type == "Conv":
         return 0
+    if node.op_type == "ConvTranspose":
+        return 1
     if node.op_type == "Gemm":
         return 0 if attr_value(node, "transB", 0) else 1
-    return 1      # MatMul [K, N]: one scale per output column
+    if node.op_type == "MatMul":
+        return max(rank - 1, 0)
+    raise ValueError(f"no weight axis for a {node.op_type} node ({node.name})")
 
 
 # --- the rewrite ---------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from metainfer_core.normalize.equivalence import max_abs_errors
@@ -28,6 +29,8 @@ from metainfer_core.normalize.shapes import (
     check_complete,
     fill_from_run,
     infer_shapes,
+    reconcile_declared_shapes,
+    reconcile_with_run,
     symbolic_inputs,
     unknown_negative_dims,
 )
@@ -62,6 +65,8 @@ class NormalizeResult:
     opset_to: int
     symbolic_dims: dict[str, Shape]  # input -> dims, str where symbolic
     max_abs_err: dict[str, float]  # output -> max |normalized - original|
+    warnings: list[str] = field(default_factory=list)  # declared shapes replaced by computed ones, ...
+    real_inputs: bool = False  # the equivalence check and shape filling ran on the caller's feeds
 
 
 def normalize(
@@ -71,13 +76,18 @@ def normalize(
     atol: float = 1e-5,
     seed: int = 0,
     max_rounds: int = 10,
+    feeds: list[dict[str, np.ndarray]] | None = None,
 ) -> NormalizeResult:
-    """Read -1 dims as unknown, bind shapes, upgrade the opset, rewrite to a fixed point, sort,
-    check completeness, then check the result against the (bound) original on seeded random
-    inputs."""
+    """Read -1 dims as unknown, bind shapes, replace declared shapes the graph contradicts,
+    upgrade the opset, rewrite to a fixed point, sort, check completeness, then check the result
+    against the (bound) original: on `feeds` (the user's samples, data.inputs) when given, else
+    on seeded random inputs (integers within what the graph allows)."""
     bound = bind_input_shapes(unknown_negative_dims(model), input_shapes)
+    bound, warnings = reconcile_declared_shapes(bound)
     work, opset_from = to_canonical_opset(bound)
     log: list[dict] = []
+    if warnings:
+        log.append({"pass": "declared_shapes", "round": 0, "changes": len(warnings), "warnings": list(warnings)})
     reference = bound
     if opset_from < ORT_MIN_OPSET:
         # ONNX Runtime has no kernels for these opsets: the equivalence check compares against
@@ -98,10 +108,15 @@ def normalize(
     work, renamed = name_nodes.run(topological_sort(work))
     log.append({"pass": "name_nodes", "round": 0, "changes": renamed})
     work = infer_shapes(work)
-    work, filled = fill_from_run(work, seed)
+    work, filled = fill_from_run(work, seed, feeds=feeds)
     log.append({"pass": "shapes_from_run", "round": 0, "changes": len(filled), "tensors": filled})
     check_complete(work)
-    errors = max_abs_errors(reference, work, rtol=rtol, atol=atol, seed=seed)
+    outputs: list[dict[str, np.ndarray]] = []
+    errors = max_abs_errors(reference, work, rtol=rtol, atol=atol, seed=seed, feeds=feeds, outputs=outputs)
+    work, run_warnings = reconcile_with_run(work, outputs)
+    if run_warnings:
+        log.append({"pass": "declared_shapes_from_run", "round": 0, "changes": len(run_warnings),
+                    "warnings": list(run_warnings)})
     return NormalizeResult(
         model=work,
         log=log,
@@ -111,4 +126,6 @@ def normalize(
         opset_to=default_opset(work),
         symbolic_dims=symbolic_inputs(work),
         max_abs_err=errors,
+        warnings=warnings + run_warnings,
+        real_inputs=bool(feeds),
     )

@@ -9,7 +9,7 @@ from onnx import helper, shape_inference
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
 from metainfer_core.normalize.messages import first_line
-from metainfer_core.tensors import random_feeds
+from metainfer_core.tensors import quiet_session_options, random_feeds
 
 
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -124,12 +124,14 @@ def incomplete_tensors(model: onnx.ModelProto) -> list[str]:
     return list(dict.fromkeys(n for n in names if n not in weights and _missing(types.get(n))))
 
 
-def fill_from_run(model: onnx.ModelProto, seed: int = 0, runs: int = 3) -> tuple[onnx.ModelProto, list[str]]:
+def fill_from_run(model: onnx.ModelProto, seed: int = 0, runs: int = 3,
+                  feeds: list[dict[str, np.ndarray]] | None = None) -> tuple[onnx.ModelProto, list[str]]:
     """Types ONNX shape inference cannot follow (the outputs of Loop/Scan bodies, contrib-domain
-    ops), read off ONNX Runtime runs on seeded random inputs and written to value_info. A size
-    is kept where the inputs are static and every run agrees on it; otherwise only the rank (a
-    data-dependent trip count, or symbolic inputs: one run's sizes say nothing about another's).
-    Returns the model and the tensors it filled; nothing when the runtime cannot run it."""
+    ops), read off ONNX Runtime runs and written to value_info: on the user's `feeds` (the first
+    `runs` of them) when given, else on seeded random inputs. A size is kept where the inputs
+    are static and every run agrees on it; otherwise only the rank (a data-dependent trip count,
+    or symbolic inputs: one run's sizes say nothing about another's). Returns the model and the
+    tensors it filled; nothing when the runtime cannot run it."""
     missing = incomplete_tensors(model)
     if not missing:
         return model, []
@@ -140,12 +142,13 @@ def fill_from_run(model: onnx.ModelProto, seed: int = 0, runs: int = 3) -> tuple
     try:
         import onnxruntime as ort
 
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.log_severity_level = 3
+        opts = quiet_session_options(graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        seen = [dict(zip(names, session.run(None, random_feeds(model, seed + k)))) for k in range(runs)]
+        wanted = {i.name for i in session.get_inputs()}
+        samples = [{k: v for k, v in f.items() if k in wanted} for f in feeds[:runs]] if feeds else \
+            [random_feeds(model, seed + k) for k in range(runs)]
+        seen = [dict(zip(names, session.run(None, sample))) for sample in samples]
     except Exception:  # noqa: BLE001 - the completeness check names the tensor and what to do
         return model, []
     out = clone(model)
@@ -164,6 +167,102 @@ def fill_from_run(model: onnx.ModelProto, seed: int = 0, runs: int = 3) -> tuple
             out.graph.value_info.append(vi)
         filled.append(name)
     return out, filled
+
+
+def reconcile_declared_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """Declared shapes are hints: a main-graph output or value_info whose declared dtype or shape
+    contradicts what ONNX shape inference computes from the inputs (another rank, another static
+    size, another dtype; exporters write stale ones, e.g. a CRNN output declared [1, 'seqlen']
+    that is [24, 1, 8210]) is replaced by the inferred one. A declared dim inference leaves open
+    stays. Returns the model and one warning per tensor replaced."""
+    g = model.graph
+    declared = [vi for vi in [*g.output, *g.value_info] if vi.type.HasField("tensor_type")]
+    if not declared:
+        return model, []
+    probe = clone(model)
+    del probe.graph.value_info[:]
+    for o in probe.graph.output:
+        if o.type.HasField("tensor_type"):
+            o.type.tensor_type.Clear()
+    try:
+        inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - strict inference later reports what is wrong
+        return model, []
+    computed = {vi.name: vi.type for vi in [*inferred.graph.value_info, *inferred.graph.output]
+                if vi.type.HasField("tensor_type")}
+    out, warnings = None, []
+    for kind, entries in (("graph output", "output"), ("value_info", "value_info")):
+        for k, vi in enumerate(getattr(g, entries)):
+            want = computed.get(vi.name)
+            if not vi.type.HasField("tensor_type") or want is None or not _contradicts(vi.type, want):
+                continue
+            out = out or clone(model)
+            target = getattr(out.graph, entries)[k]
+            fixed = _merged(vi.type, want)
+            warnings.append(f"the declared {_type_text(vi.type)} of {kind} '{vi.name}' contradicts what the graph "
+                            f"computes ({_type_text(want)}): replaced by {_type_text(fixed)}")
+            target.type.CopyFrom(fixed)
+    return (out or model), warnings
+
+
+def reconcile_with_run(model: onnx.ModelProto, outputs: list[dict[str, np.ndarray]]) -> tuple[onnx.ModelProto, list[str]]:
+    """Graph outputs whose declared rank, static sizes or dtype contradict what ONNX Runtime
+    computed on `outputs` (one dict per run) take the run's: its sizes where the inputs are
+    static and every run agrees, else its rank. Returns the model and one warning per output."""
+    if not outputs:
+        return model, []
+    static = all(isinstance(d, int) for dims in symbolic_inputs(model).values() for d in dims)
+    out, warnings = None, []
+    for k, o in enumerate(model.graph.output):
+        values = [run.get(o.name) for run in outputs]
+        if not o.type.HasField("tensor_type") or not all(isinstance(v, np.ndarray) for v in values):
+            continue
+        if len({(v.dtype, v.ndim) for v in values}) != 1:
+            continue
+        dims = [sizes.pop() if static and len(sizes := {v.shape[a] for v in values}) == 1 else None
+                for a in range(values[0].ndim)]
+        seen = helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(values[0].dtype), dims).type
+        if not _contradicts(o.type, seen):
+            continue
+        out = out or clone(model)
+        fixed = _merged(o.type, seen)
+        warnings.append(f"the declared {_type_text(o.type)} of graph output '{o.name}' contradicts what ONNX Runtime "
+                        f"computes ({_type_text(seen)}): replaced by {_type_text(fixed)}")
+        out.graph.output[k].type.CopyFrom(fixed)
+    return (out or model), warnings
+
+
+def _contradicts(declared: onnx.TypeProto, computed: onnx.TypeProto) -> bool:
+    a, b = declared.tensor_type, computed.tensor_type
+    if a.elem_type and b.elem_type and a.elem_type != b.elem_type:
+        return True
+    if not a.HasField("shape") or not b.HasField("shape"):
+        return False
+    if len(a.shape.dim) != len(b.shape.dim):
+        return True
+    return any(x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
+               for x, y in zip(a.shape.dim, b.shape.dim))
+
+
+def _merged(declared: onnx.TypeProto, computed: onnx.TypeProto) -> onnx.TypeProto:
+    """The computed type; where the ranks agree, a dim the computation leaves open keeps the
+    declared symbol (or size)."""
+    fixed = onnx.TypeProto()
+    fixed.CopyFrom(computed)
+    a, b = declared.tensor_type, fixed.tensor_type
+    if not b.elem_type:
+        b.elem_type = a.elem_type
+    if a.HasField("shape") and b.HasField("shape") and len(a.shape.dim) == len(b.shape.dim):
+        for x, y in zip(a.shape.dim, b.shape.dim):
+            if not y.HasField("dim_value") and not y.dim_param and (x.HasField("dim_value") or x.dim_param):
+                y.CopyFrom(x)
+    return fixed
+
+
+def _type_text(type_proto: onnx.TypeProto) -> str:
+    t = type_proto.tensor_type
+    dtype = onnx.TensorProto.DataType.Name(t.elem_type).lower() if t.elem_type else "?"
+    return f"{dtype} {_show(t.shape.dim)}" if t.HasField("shape") else f"{dtype} (rank unknown)"
 
 
 def check_complete(model: onnx.ModelProto) -> None:

@@ -159,3 +159,81 @@ def test_int8_bias_of_a_dead_weight_channel_fits_int32():
     conv = next(n for n in out.graph.node if n.op_type == "Conv")
     assert conv.input[2] != "B"                                  # an int32 bias
     assert loss(m, out, feeds) < 0.01
+
+
+def _matmul_rank3(rows: int = 5) -> onnx.ModelProto:
+    """x [2, rows, 16] @ W [2, 16, 8] (a batched weight, as jax2tf writes einsums): MatMul B
+    of rank 3, its output channels on the last axis."""
+    from onnx import TensorProto, helper
+
+    w = np.random.default_rng(0).standard_normal((2, 16, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "mm3",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, rows, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, rows, 8])], [numpy_helper.from_array(w, "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("per_channel", [True, "auto", False])
+@pytest.mark.parametrize("scope", ["compute", "all"])
+def test_int8_matmul_with_a_rank3_weight_runs_in_onnxruntime(per_channel, scope):
+    """ONNX Runtime fuses DQ -> MatMul into integer kernels that take one B scale for a batched
+    weight (per axis: "b zero point is not valid" / "scale must be 1D tensor with size 1"): the
+    rank-3 weight is quantized per tensor, and the plan runs (run_cpu: ORT with its QDQ fusions)."""
+    m = _matmul_rank3()
+    out, feeds = apply("int8", m, dict(INT8, scope=scope, per_channel=per_channel), target="npu")
+    dq = next(n for n in out.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == "W|int8")
+    assert not any(a.name == "axis" for a in dq.attribute)
+    assert _weight_scales(out)["W|int8"] == 1
+    assert loss(m, out, feeds) < 1e-2
+
+
+def test_int8_per_axis_dequantize_of_a_rank3_matmul_weight_is_what_onnxruntime_rejects():
+    """Why per tensor: the per-axis form (scales on N, the semantic channel axis) of the same
+    weight fails inside ONNX Runtime once the MatMul's output is read in float."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from metainfer_core.tensors import quiet_session_options
+
+    w = np.random.default_rng(0).standard_normal((2, 16, 8)).astype(np.float32)
+    scale = (np.abs(w).max(axis=(0, 1)) / 127).astype(np.float32)
+    q = np.round(w / scale).astype(np.int8)
+    graph = helper.make_graph(
+        [helper.make_node("DequantizeLinear", ["Wq", "s", "z"], ["W"], axis=2),
+         helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+         helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
+         helper.make_node("MatMul", ["xd", "W"], ["y"])], "peraxis",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5, 8])],
+        [numpy_helper.from_array(q, "Wq"), numpy_helper.from_array(scale, "s"),
+         numpy_helper.from_array(np.zeros(8, np.int8), "z"), numpy_helper.from_array(np.array(0.02, np.float32), "xs"),
+         numpy_helper.from_array(np.array(128, np.uint8), "xz")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), quiet_session_options(),
+                                   providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="zero point|scale"):
+        session.run(None, {"x": np.ones((2, 5, 16), np.float32)})
+
+
+def test_weight_axis_follows_each_consumers_semantics():
+    from onnx import helper
+
+    from metainfer_core.actions._qdq import weight_axis
+
+    def node(op, **attrs):
+        return helper.make_node(op, ["x", "w"], ["y"], name=op.lower(), **attrs)
+
+    rng = np.random.default_rng(0)
+    w4 = rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((16, 8)).astype(np.float32)
+    cases = [(node("Conv"), w4, 0), (node("ConvTranspose"), w4, 1), (node("Gemm"), w2, 1),
+             (node("Gemm", transB=1), w2, 0), (node("MatMul"), w2, 1)]
+    for n, w, axis in cases:
+        assert _weight_axis(n, w.ndim) == axis, n.op_type
+        assert weight_axis(n, w, True, 17) == axis, n.op_type
+        assert weight_axis(n, w, False, 17) is None
+    w3 = rng.standard_normal((2, 16, 8)).astype(np.float32)
+    assert _weight_axis(node("MatMul"), 3) == 2                 # N, the last axis of [..., K, N]
+    assert weight_axis(node("MatMul"), w3, True, 17) is None     # but ORT runs it per tensor only
+    assert weight_axis(node("MatMul"), w3, "auto", 17) is None

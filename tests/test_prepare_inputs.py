@@ -1,0 +1,68 @@
+"""prepare() with data.inputs (issue 20): the user's samples are checked against the model's
+inputs before normalize and feed its equivalence check and shape filling, their shape binds the
+dims model.input_shapes leaves symbolic, and normalize's warnings reach the progress log."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from metainfer_core import stages
+from metainfer_core.errors import MetaInferError
+
+
+def _ids_model(path, declared_output=("batch", "seq", 4)):
+    """ids [batch, seq] -> Gather over a 5-row table -> Reshape to [-1, seq_len x 4] by an integer
+    input (random values cannot stand for it) -> Relu; the output declared with a stale shape."""
+    table = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"]),
+             helper.make_node("Reshape", ["emb", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "ids", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+                                             helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(declared_output))],
+                              [numpy_helper.from_array(table, "table")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+def _samples(path, n=3, seq=6):
+    rng = np.random.default_rng(1)
+    np.savez(path, ids=rng.integers(0, 5, (n, 1, seq)), shape=np.tile(np.array([1, seq * 4]), (n, 1)))
+    return path
+
+
+def test_prepare_runs_normalize_on_the_samples_and_binds_their_shape(settings_for, tmp_path):
+    model = _ids_model(tmp_path / "ids.onnx")
+    npz = _samples(tmp_path / "inputs.npz")
+    s = settings_for("model=file", f"model.path={model}", f"data.inputs={npz}", "target=gpu")
+    said: list[str] = []
+    prepared = stages.prepare(s, False, progress=said.append)
+    assert prepared.normalized.real_inputs
+    assert len(prepared.feeds) == 3 and prepared.feeds[0]["ids"].shape == (1, 6)
+    np.testing.assert_array_equal(prepared.feeds[2]["ids"], np.load(npz)["ids"][2])
+    dims = [d.dim_value for d in prepared.model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 6]                                  # bound from the samples
+    assert any("binding ids to [1, 6]" in m for m in said)
+    assert any("data.inputs" in m and "max output error" in m for m in said)
+    # the output was declared rank 3; the graph computes rank 2: replaced, and said
+    assert any(m.startswith("WARNING: normalize:") and "'y'" in m for m in said)
+    assert len(prepared.model.graph.output[0].type.tensor_type.shape.dim) == 2   # sizes: data-dependent
+
+
+def test_prepare_without_samples_names_the_input_that_needs_real_values(settings_for, tmp_path):
+    model = _ids_model(tmp_path / "ids.onnx", declared_output=(1, 24))
+    s = settings_for("model=file", f"model.path={model}", "model.input_shapes={ids:[1,6]}", "target=gpu")
+    with pytest.raises(MetaInferError, match=r"'shape'.*data\.inputs=<file\.npz>"):
+        stages.prepare(s, False, progress=lambda m: None)
+
+
+def test_samples_missing_an_input_are_refused_before_normalize(settings_for, tmp_path):
+    model = _ids_model(tmp_path / "ids.onnx")
+    npz = tmp_path / "partial.npz"
+    np.savez(npz, ids=np.zeros((2, 1, 6), np.int64))
+    s = settings_for("model=file", f"model.path={model}", f"data.inputs={npz}", "target=gpu")
+    with pytest.raises(MetaInferError, match=r"no array for model input\(s\) \['shape'\]"):
+        stages.prepare(s, False, progress=lambda m: None)
