@@ -19,8 +19,8 @@ from metainfer_core import onboard  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
-from tasks.onboard_tasks import (capabilities_task, concurrency_task, microbench_task, minimal_model_task,  # noqa: E402
-                                 versions_task, zoo_models_task)
+from tasks.onboard_tasks import (capabilities_task, concurrency_task, execution_paths_task, microbench_task,  # noqa: E402
+                                 minimal_model_task, versions_task, zoo_models_task)
 from tasks.tracking import record_report  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def onboard_flow(raw: dict) -> tuple[str, list[onboard.Item]]:
     ops = onboard.frequent_ops(models)
     minimal = next(m for m in models if m.graph.name == onboard.MINIMAL_MODEL)
     items = [versions_task(raw), capabilities_task(raw, models, ops), microbench_task(raw, models, ops),
-             *minimal_model_task(raw, minimal), concurrency_task(raw, minimal)]
+             *minimal_model_task(raw, minimal), execution_paths_task(raw, minimal), concurrency_task(raw, minimal)]
     folder = s.artifacts / "onboard"
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{s.target.name}-{time.strftime('%Y%m%d-%H%M%S')}"

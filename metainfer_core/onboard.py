@@ -133,6 +133,37 @@ def check_concurrency(backend: Backend, model: onnx.ModelProto, runs: int = 20) 
     return Item("concurrency", all(r["throughput_per_s"] > 0 for r in rows.values()), detail, {str(k): v for k, v in rows.items()})
 
 
+def check_execution_paths(backend: Backend, model: onnx.ModelProto, runs: int = 10) -> Item:
+    """Every execution path the target offers runs the minimal model: its version (a fingerprint
+    version of its own), latency and accuracy loss against the CPU reference."""
+    from metainfer_core.actions import ACTIONS
+    from metainfer_core.backends.paths import ExecutionPath, missing_paths
+
+    labels = backend.info.extra.get("execution_paths") or ["default"]     # a modeled device: its own path
+    feeds = [random_feeds(model, seed=i) for i in range(2)]
+    reference = run_cpu(model, feeds)
+    rows, failed = {}, {}
+    for label in labels:
+        path = ExecutionPath() if label == "default" else ExecutionPath.parse(label)
+        try:
+            bound = model if path.is_default else ACTIONS["binding"].apply(model, None, path.as_dict(), None)
+            compiled = backend.compile(bound)
+            loss = plan_loss(reference, [compiled.run(f) for f in feeds])
+            times = [compiled.time_once(feeds[0]) for _ in range(runs)]
+            info = backend.info if path.is_default else backend.path_backend(path).info
+            rows[label] = {"runtime": info.runtime, "fingerprint_version": info.fingerprint_version,
+                           "latency_ms": float(np.median(times)), "accuracy_loss": loss}
+        except Exception as exc:  # noqa: BLE001 - a path that cannot run is a finding
+            failed[label] = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+    missing = missing_paths(backend.spec)
+    detail = "; ".join(f"{k}: {r['runtime']}, {r['latency_ms']:.4g} ms, loss {r['accuracy_loss']:.1e}"
+                       for k, r in rows.items())
+    detail += "".join(f"; {k} FAILED ({v})" for k, v in failed.items())
+    detail += f"; not installed: {missing}" if missing else ""
+    return Item("execution_paths", bool(rows) and not failed, detail, {"paths": rows, "failed": failed,
+                                                                       "not_installed": missing})
+
+
 def check_versions(backend: Backend) -> Item:
     info = backend.info
     ok = all([info.firmware, info.driver, info.runtime])

@@ -45,6 +45,12 @@ def concurrency_task(raw: dict, model) -> onboard.Item:
     return onboard.check_concurrency(backend, model)
 
 
+@task(name="execution_paths", cache_policy=NO_CACHE)
+def execution_paths_task(raw: dict, model) -> onboard.Item:
+    _, backend = _ctx(raw)
+    return onboard.check_execution_paths(backend, model)
+
+
 @task(name="versions", cache_policy=NO_CACHE)
 def versions_task(raw: dict) -> onboard.Item:
     _, backend = _ctx(raw)

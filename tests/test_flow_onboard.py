@@ -15,10 +15,14 @@ def test_onboarding_passes(run_flow, tmp_path, target):
     assert res.returncode == 0, res.stderr
     report = res.stdout.strip().splitlines()[-1].removeprefix("report: ")
     items = {i["name"]: i for i in json.loads(open(report.replace(".md", ".json")).read())}
-    assert set(items) == {"versions", "capabilities", "microbench", "minimal_model", "memory", "concurrency"}
+    assert set(items) == {"versions", "capabilities", "microbench", "minimal_model", "memory", "execution_paths",
+                          "concurrency"}
     assert all(i["passed"] for i in items.values())
     assert items["microbench"]["data"]["measured"] > 50
     assert set(items["concurrency"]["data"]) == {"1", "2", "4"}
+    paths = items["execution_paths"]["data"]["paths"]
+    assert ({"onnxruntime", "openvino:f32"} <= set(paths)) if target == "cpu" else set(paths) == {"default"}
+    assert len({p["fingerprint_version"] for p in paths.values()}) == len(paths)      # each path its own version
     assert ("simulated" in open(report).read()) == (target == "asic")
 
 

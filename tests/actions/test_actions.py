@@ -20,10 +20,10 @@ from backends.test_simulator import backend
 from graphs import conv_chain, model_of
 
 SPEC_CLASSES = {"conv_bn_fusion", "conv_merge", "transpose_cancel", "layout", "fuse_chain", "fp16", "bf16", "int8",
-                "tiling", "memory_reuse", "schedule"}
+                "tiling", "memory_reuse", "schedule", "binding"}   # the ninth: execution-path binding
 
 
-def test_the_action_space_covers_the_eight_classes():
+def test_the_action_space_covers_the_nine_classes():
     assert set(ACTIONS) == SPEC_CLASSES
     for a in ACTIONS.values():      # one file per action; its docstring states the rewrite and whether it loses
         doc = sys.modules[type(a).__module__].__doc__ or ""

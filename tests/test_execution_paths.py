@@ -1,0 +1,77 @@
+"""The search binds each model to the execution path that measures faster on this CPU: a
+convolutional U-Net to OpenVINO (bf16 datapath), a GRU to ONNX Runtime; plan.json and MLflow
+record the path and its settings, and load_plan serves both plans within the accuracy bound."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from mlflow.tracking import MlflowClient
+from onnx import TensorProto, helper, numpy_helper
+
+from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.actions import ACTIONS
+from metainfer_core.backends import create_backend
+from metainfer_core.deploy import load_plan
+from metainfer_core.tensors import random_feeds
+from metainfer_core.timing import interleaved
+from metainfer_core.zoo import build
+
+from backends.test_ov_backend import SPEC
+
+
+def gru(seq: int = 32, features: int = 40, hidden: int = 64) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.1).astype(np.float32), name)
+
+    inits = [w("W", 1, 3 * hidden, features), w("R", 1, 3 * hidden, hidden), w("B", 1, 6 * hidden),
+             w("Wo", hidden, 10), numpy_helper.from_array(np.array([0], np.int64), "axis0")]
+    nodes = [helper.make_node("GRU", ["x", "W", "R", "B"], ["y", "h"], hidden_size=hidden, name="gru"),
+             helper.make_node("Squeeze", ["h", "axis0"], ["last"], name="last"),
+             helper.make_node("MatMul", ["last", "Wo"], ["logits"], name="head")]
+    graph = helper.make_graph(nodes, "gru", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, 1, features])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def faster_runtime(model: onnx.ModelProto) -> tuple[str, float]:
+    """Which runtime runs the unchanged graph faster here (ONNX Runtime vs OpenVINO bf16), and by how much."""
+    host = create_backend("metainfer_core.backends.host.HostBackend", "cpu", "measured", SPEC)
+    bound = ACTIONS["binding"].apply(model, None, {"runtime": "openvino", "precision": "bf16"}, None)
+    feeds = random_feeds(model, seed=0)
+    ort_ms, ov_ms = (float(np.median(x)) for x in interleaved([host.compile(model), host.compile(bound)],
+                                                               [feeds, feeds], 15, 2))
+    return ("openvino", ort_ms / ov_ms) if ov_ms < ort_ms else ("onnxruntime", ov_ms / ort_ms)
+
+
+@pytest.mark.slow
+def test_search_binds_each_model_to_its_faster_path(run_flow, tmp_path):
+    unet = tmp_path / "unet.onnx"
+    onnx.save(build("unet_tiny", seed=0), unet)
+    rnn = tmp_path / "gru.onnx"
+    onnx.save(gru(), rnn)
+    plans = {}
+    for path, shapes in ((unet, "{input:[1,3,64,64]}"), (rnn, None)):
+        expected, margin = faster_runtime(onnx.load(path))
+        assert margin > 1.3, f"{path.name}: the paths are too close here ({margin:.2f}x) for the test to mean much"
+        args = ["model=file", f"model.path={path}", "search=quick", f"paths.artifacts={tmp_path}"]
+        res = run_flow("adapt", *args, *([f"model.input_shapes={shapes}"] if shapes else []))
+        assert res.returncode == 0, res.stderr
+        plan = res.plan
+        assert plan["execution_path"]["runtime"] == expected, (path.name, plan["reason"], plan["candidates"])
+        plans[expected] = res.plan_path.parent
+        run = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").get_run(plan["mlflow_run_id"])
+        assert run.data.tags["execution_path"] == plan["execution_path"]["label"]
+        assert plan["execution_path"]["settings"]["intra_op_threads"] == 1
+    assert set(plans) == {"openvino", "onnxruntime"}
+    assert plans["openvino"] and "openvino" in str(
+        [c["execution_path"] for c in __import__("json").loads((plans["openvino"] / "plan.json").read_text())["candidates"]])
+    for runtime, folder in plans.items():           # the deployable plan, on its own path
+        deployed = load_plan(folder)
+        assert deployed.path["runtime"] == runtime
+        default = onnx.load(str(folder / "default.onnx"))
+        feeds = [random_feeds(default, seed=10 + i) for i in range(2)]
+        reference = run_cpu(default, feeds)
+        assert plan_loss(reference, [deployed(f) for f in feeds]) <= 0.01
