@@ -23,6 +23,7 @@ from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.timing import interleaved, settle_runs
 
 ROUNDS = 5
+BUDGET_MS = 3000       # timing one (path, graph class) aims at about this much
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,14 @@ class PathCosts:
         try:
             plain = self.backend.compile(unbound(model))
             bound = self.backend.compile(model)
-            added = (self.loss_fn(self.reference, [bound.run(f) for f in self.feeds])
-                     - self.loss_fn(self.reference, [plain.run(f) for f in self.feeds]))
-            base, there = interleaved([plain, bound], [self.feeds[0]] * 2, self.rounds, settle_runs(self.backend))
+            t_run = time.perf_counter()
+            plain_out = [plain.run(f) for f in self.feeds]
+            run_ms = (time.perf_counter() - t_run) * 1e3 / len(self.feeds)
+            added = self.loss_fn(self.reference, [bound.run(f) for f in self.feeds]) - self.loss_fn(self.reference, plain_out)
+            settle = settle_runs(self.backend)
+            # a slow graph gets fewer rounds: a ranking needs the ratio to ~10 %, not verify's precision
+            rounds = max(2, min(self.rounds, int(BUDGET_MS / max(run_ms * 2 * (settle + 1), 1e-3))))
+            base, there = interleaved([plain, bound], [self.feeds[0]] * 2, rounds, settle)
         except Exception as exc:  # noqa: BLE001 - a path that cannot run this graph prunes its candidates only
             spent = time.perf_counter() - t0
             self.seconds += spent
