@@ -11,6 +11,8 @@ import numpy as np
 import onnxruntime as ort
 import onnx
 
+from metainfer_core.tensors import ORT_LOG_SEVERITY
+
 
 def cosine_loss(ref: np.ndarray, out: np.ndarray) -> float:
     a = np.asarray(ref, dtype=np.float64).ravel()
@@ -51,7 +53,7 @@ def degenerate_outputs(reference: list[list[np.ndarray]], names: list[str], rel_
 def run_cpu(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
     """Reference-grade numerics: ONNX Runtime CPU, no graph optimisations that change math."""
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = ORT_LOG_SEVERITY
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return [sess.run(None, f) for f in feeds]

@@ -17,7 +17,7 @@ from onnx import numpy_helper
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
-from metainfer_core.tensors import random_feeds
+from metainfer_core.tensors import ORT_LOG_SEVERITY, random_feeds
 
 _LEVELS = {"ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
            "ORT_ENABLE_BASIC": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -107,7 +107,7 @@ class OrtBackend(Backend):
         so.intra_op_num_threads = int(self.spec.get("intra_op_threads", 0))
         so.inter_op_num_threads = 1
         so.graph_optimization_level = _LEVELS[self.spec.get("graph_optimization_level", "ORT_ENABLE_ALL")]
-        so.log_severity_level = 3
+        so.log_severity_level = ORT_LOG_SEVERITY
         if profile:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="metainfer-prof-"), "ort")

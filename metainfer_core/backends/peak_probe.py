@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from metainfer_core.memory_probe import PeakMemory
+from metainfer_core.tensors import ORT_LOG_SEVERITY
 
 
 def probe(model_bytes: bytes, feeds: dict[str, np.ndarray], options: dict[str, Any]) -> int:
@@ -42,7 +43,7 @@ def _ort_session(model_path: str, opts: dict[str, Any]):
     so.intra_op_num_threads = opts["intra_op_threads"]
     so.inter_op_num_threads = 1
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, opts["graph_optimization_level"])
-    so.log_severity_level = 3
+    so.log_severity_level = ORT_LOG_SEVERITY
     sess = ort.InferenceSession(model_path, so, providers=opts["providers"])
     return lambda feeds: sess.run(None, feeds)
 
