@@ -329,11 +329,15 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     for i, c in enumerate(top):
         if not any(st.kind in lossy for st in c.steps) or not ExecutionPath.of(c.model).is_default:
             continue        # a plan bound to another path: verify measures its loss there and decide rejects it over the bound
-        loss = prepared.loss_fn(prepared.reference, run_cpu(c.model, prepared.feeds))
-        if loss <= s.accuracy.max_loss:
+        try:
+            loss = prepared.loss_fn(prepared.reference, run_cpu(c.model, prepared.feeds))
+            if loss <= s.accuracy.max_loss:
+                continue
+            r = repair(prepared.model, c.steps, c.model, ctx, prepared.feeds, prepared.reference, s.accuracy.max_loss,
+                       s.verify.repair_budget, prepared.loss_fn)
+        except Exception as exc:  # noqa: BLE001 - verify reports the candidate's own failure; no repair for it
+            progress(f"verify: candidate{i + 1} could not be checked for repair ({type(exc).__name__}); verified as it is")
             continue
-        r = repair(prepared.model, c.steps, c.model, ctx, prepared.feeds, prepared.reference, s.accuracy.max_loss,
-                   s.verify.repair_budget, prepared.loss_fn)
         entry = {"candidate": f"candidate{i + 1}", "culprits": r.culprits, "loss_before": r.loss_before,
                  "loss_after": r.loss_after, "evaluations": r.evaluations, "repaired": r.ok, "repaired_as": None}
         if r.ok:

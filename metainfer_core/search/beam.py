@@ -110,7 +110,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                     result.duplicates += 1
                     continue
                 seen.add(cand.key)
-                evaluator.evaluate(cand, parent=state if same_graph else None)
+                try:
+                    evaluator.evaluate(cand, parent=state if same_graph else None)
+                except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
+                    result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                    continue
                 result.evaluated += 1
                 if cand.violation:
                     reason = cand.violation.split(":")[0]
@@ -154,7 +158,12 @@ def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, 
             if checks >= EXACT_CHECKS_PER_SLOT * top_k:
                 continue
             checks += 1
-            evaluator.exact(c)
+            try:
+                evaluator.exact(c)
+            except Exception as exc:  # noqa: BLE001 - a candidate that fails to run is dropped with its reason
+                kind = c.steps[-1].kind if c.steps else "default"
+                result.failed[kind] = f"exact check: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                continue
             if c.violation:
                 result.pruned["accuracy (exact check)"] = result.pruned.get("accuracy (exact check)", 0) + 1
                 continue
