@@ -87,6 +87,7 @@ class SearchSettings(_Strict):
     time_budget_s: float = Field(gt=0)
     skip_below_ms: float = Field(ge=0)
     expected_runs: int = Field(default=1_000_000, ge=1)   # inferences a plan serves: amortises the search
+    explore: int = Field(default=5, ge=0, le=16)         # extra verified plans: best of each untried precision/path
 
 
 class ActionSpaceSettings(_Strict):

@@ -272,7 +272,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                  f"{time.perf_counter() - t0:.1f}s")
 
     result = beam_search(prepared.model, _space(s), evaluator, ctx, s.search.beam_width, s.search.depth,
-                         s.search.top_k, s.search.time_budget_s, tick)
+                         s.search.top_k, s.search.time_budget_s, tick, explore=explore_count(s, default))
     best = result.top[0] if result.top else None
     progress(f"search: {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
              f"{len(result.top)} better than default, {result.search_s:.1f}s "
@@ -285,6 +285,15 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                          {"search_timings": result.timings, "expected_search_s": expected_search_s,
                           "possible_saving_s": saving_s,
                           "execution_paths": evaluator.paths.measured if evaluator.paths else {}})
+
+
+EXPLORE_VERIFY_S = 15.0     # what verifying the explored plans may add, at most (predicted)
+
+
+def explore_count(s: Settings, default: Candidate) -> int:
+    """search.explore, fewer where verifying that many more plans would take long."""
+    per_plan_s = s.verify.runs * 3 * max(default.latency_ms, 1e-6) / 1e3       # each timed run follows two settle runs
+    return max(0, min(s.search.explore, int(EXPLORE_VERIFY_S / per_plan_s)))
 
 
 def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts | None:

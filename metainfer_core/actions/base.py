@@ -168,7 +168,7 @@ def opset_of(model: onnx.ModelProto) -> int:
 
 def lowered(model: onnx.ModelProto) -> str | None:
     """Why the graph is no longer a plain fp32 graph (lossy actions do not stack)."""
-    if has_op(model, "QuantizeLinear", "DequantizeLinear"):
+    if has_op(model, "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"):
         return "the graph is already quantized"
     if any(i.data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16) for i in model.graph.initializer):
         return "the graph already holds reduced-precision floats"

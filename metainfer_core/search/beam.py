@@ -68,7 +68,11 @@ def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionCo
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,
                 ctx: ActionContext, beam_width: int, depth: int, top_k: int, time_budget_s: float,
-                progress: Callable[..., None] | None = None) -> SearchResult:
+                progress: Callable[..., None] | None = None, explore: int = 0) -> SearchResult:
+    """explore: beyond the top_k, verify the best candidate of up to this many kinds (the lossy
+    actions and execution path a plan uses) that the top lacks, even when the predictor ranks it
+    below the default: a kind the predictor has barely seen (a new quantization mode, another
+    runtime) is measured rather than dismissed."""
     t0 = time.perf_counter()
     clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
     per_action: dict[str, float] = {}
@@ -79,6 +83,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     pool: list[Candidate] = []
     keep = 4 * max(beam_width, top_k)       # the pool keeps the best few only (graphs are large)
     beam = [default]
+    best_of_kind: dict[tuple, Candidate] = {}
     for level in range(1, depth + 1):
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
@@ -124,6 +129,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                         stepping.append(cand)
                     continue
                 frontier.append(cand)
+                sig = kind_of(cand)
+                # a kind's representative: its simplest plan (fewest steps), then the best scored
+                if sig and (sig not in best_of_kind or (cand.changes, cand.score) < (best_of_kind[sig].changes,
+                                                                                   best_of_kind[sig].score)):
+                    best_of_kind[sig] = cand
             if result.stopped_by_budget:
                 break
         result.levels = level
@@ -138,12 +148,46 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         if result.stopped_by_budget:
             break
     result.top = _exact_top(pool, default, evaluator, top_k, result)
+    result.top += _explorers(best_of_kind, result.top, evaluator, explore, result)
     result.search_s = time.perf_counter() - t0
     result.timings = {k: round(v, 4) for k, v in {**clock, **evaluator.timings, "total_s": result.search_s}.items()}
     if evaluator.sensitivity is not None:
         result.timings["sensitivity_probes"] = evaluator.sensitivity.probes
     result.timings["apply_by_action_s"] = {k: round(v, 3) for k, v in sorted(per_action.items(), key=lambda kv: -kv[1])}
     return result
+
+
+def kind_of(c: Candidate) -> tuple:
+    """What kind of plan a candidate is: its lossy actions and its execution path (empty for a
+    lossless plan on the default path)."""
+    from metainfer_core.backends.paths import ExecutionPath
+
+    lossy = tuple(sorted({st.kind for st in c.steps if ACTIONS[st.kind].lossy}))
+    path = ExecutionPath.of(c.model)
+    return lossy + (() if path.is_default else (path.label,))
+
+
+def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
+               result: SearchResult) -> list[Candidate]:
+    have = {kind_of(c) for c in top}
+    out: list[Candidate] = []
+    # single kinds first (one precision or one path alone says most about what the predictor missed)
+    for c in sorted(best_of_kind.values(), key=lambda c: (len(kind_of(c)) > 1, c.score)):
+        if len(out) == explore:
+            break
+        if kind_of(c) in have or any(c is t for t in top):
+            continue
+        if not c.accuracy_exact:
+            try:
+                evaluator.exact(c)
+            except Exception as exc:  # noqa: BLE001 - dropped with its reason
+                result.failed[c.steps[-1].kind] = f"exact check: {type(exc).__name__}: {str(exc)[:200]}"
+                continue
+            if c.violation:
+                continue
+        have.add(kind_of(c))
+        out.append(c)
+    return out
 
 
 def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, top_k: int,

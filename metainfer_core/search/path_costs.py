@@ -35,7 +35,7 @@ class PathCost:
 
 
 def graph_class(model: onnx.ModelProto) -> str:
-    if has_op(model, "QuantizeLinear", "DequantizeLinear"):
+    if has_op(model, "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"):
         return "int8"
     half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     if any(i.data_type in half for i in model.graph.initializer) or any(

@@ -20,7 +20,7 @@ from backends.test_simulator import backend
 from graphs import conv_chain, model_of
 
 SPEC_CLASSES = {"conv_bn_fusion", "conv_merge", "transpose_cancel", "layout", "fuse_chain", "fp16", "bf16", "int8",
-                "tiling", "memory_reuse", "schedule", "binding"}   # the ninth: execution-path binding
+                "tiling", "memory_reuse", "schedule", "binding", "int8_dynamic"}   # binding: the ninth class
 
 
 def test_the_action_space_covers_the_nine_classes():
