@@ -130,7 +130,9 @@ def model_row(name: str, plan_path: Path, client: MlflowClient) -> dict:
 def run_models(a, client: MlflowClient) -> list[dict]:
     runs = adapt_cpu.model_args()
     names = a.models or [n for n in (QUICK_MODELS if a.quick else runs) if n in runs]
-    overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + a.extra
+    # the peers optimise latency alone: meta-infer is compared under the same objective unless told otherwise
+    weights = [] if any(x.startswith("weights=") for x in a.extra) else ["weights=latency"]
+    overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + weights + a.extra
     rows = []
     for i, name in enumerate(names, 1):
         say(f"adapt {i}/{len(names)}: {name}")
