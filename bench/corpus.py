@@ -74,9 +74,11 @@ def run_one(args: list[str], timeout: float = 1800) -> dict:
     try:
         proc = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt.py"), "target=cpu", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as exc:  # say which stage it was in
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        last = "\n".join(err.strip().splitlines()[-3:])
         return {"rc": "timeout", "wall_s": time.perf_counter() - t0, "plan": None,
-                "error": f"no result within {timeout:.0f} s", "stderr": ""}
+                "error": f"no result within {timeout:.0f} s; last progress lines:\n{last}", "stderr": err}
     wall = time.perf_counter() - t0
     plan, error = None, ""
     lines = proc.stdout.strip().splitlines()
