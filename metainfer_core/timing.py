@@ -19,6 +19,17 @@ import numpy as np
 from metainfer_core.backends.base import Backend, Compiled
 
 SETTLE = 2      # untimed runs before each timed one (a third run is within ~4 % of back to back)
+REPS_BUDGET_MS = 250     # a micro-benchmark's timed runs aim at about this much in all...
+MIN_REPS = 7             # ...but never fewer runs than this (the median and p10/p90 need a few)
+WARMUP_BUDGET_MS = 100
+
+
+def scaled_reps(reps: int, warmup: int, run_ms: float) -> tuple[int, int]:
+    """(timed runs, warm-up runs) for a kernel that takes `run_ms`: a 100 ms kernel needs far
+    fewer than 30 repetitions for a stable median, a 10 us one keeps them all."""
+    run_ms = max(run_ms, 1e-6)
+    return (max(min(reps, MIN_REPS), min(reps, int(REPS_BUDGET_MS / run_ms))),
+            max(0, min(warmup, int(WARMUP_BUDGET_MS / run_ms))))
 
 
 def settle_runs(backend: Backend) -> int:

@@ -39,3 +39,17 @@ def _backend(name: str):
 def test_only_measured_targets_settle():
     assert settle_runs(_backend("cpu")) == SETTLE
     assert settle_runs(_backend("gpu")) == 0
+
+
+def test_micro_benchmark_repetitions_scale_with_the_kernels_duration():
+    from metainfer_core.backends import create_backend
+    from metainfer_core.timing import MIN_REPS, scaled_reps
+
+    from graphs import matmul
+
+    assert scaled_reps(30, 5, 0.01) == (30, 5)                 # a 10 us kernel keeps every run
+    assert scaled_reps(30, 5, 200.0) == (MIN_REPS, 0)          # a 200 ms one needs no 30 (its first runs warmed it)
+    cpu = create_backend("metainfer_core.backends.ort_backend.OrtBackend", "cpu", "measured",
+                         {"intra_op_threads": 1, "memory_limit_bytes": 1 << 33})
+    assert cpu.benchmark(matmul(16, 16, 16), reps=30, warmup=2).reps == 30
+    assert cpu.benchmark(matmul(1024, 1024, 1024), reps=30, warmup=2).reps < 30     # ~10 ms a run here

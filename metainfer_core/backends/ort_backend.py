@@ -18,6 +18,7 @@ from onnx import numpy_helper
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.tensors import ORT_LOG_SEVERITY, random_feeds
+from metainfer_core.timing import scaled_reps
 
 _LEVELS = {"ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
            "ORT_ENABLE_BASIC": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -135,8 +136,12 @@ class OrtBackend(Backend):
         data = model.SerializeToString()
         feeds = random_feeds(model, seed=self.seed)
         sess = self.new_session(data)
-        for _ in range(max(warmup, 1)):
-            outputs = sess.run(None, feeds)
+        outputs = sess.run(None, feeds)
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        reps, warmup = scaled_reps(reps, warmup, (time.perf_counter() - t0) * 1e3)
+        for _ in range(warmup):
+            sess.run(None, feeds)
         # a kernel's footprint is its working set; a per-kernel process probe would cost more than the timing
         working_set = (sum(a.nbytes for a in feeds.values()) + sum(o.nbytes for o in outputs)
                        + sum(numpy_helper.to_array(i).nbytes for i in model.graph.initializer))

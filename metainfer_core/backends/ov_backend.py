@@ -16,6 +16,7 @@ import onnx
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.tensors import random_feeds
+from metainfer_core.timing import scaled_reps
 
 _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 
@@ -143,8 +144,10 @@ class OpenVinoBackend(Backend):
     def benchmark(self, model: onnx.ModelProto, reps: int, warmup: int) -> Timing:
         feeds = random_feeds(model, seed=self.seed)
         c = self.compile(model)
-        for _ in range(max(warmup, 1)):
-            outputs = c.run(feeds)
+        outputs = c.run(feeds)
+        reps, warmup = scaled_reps(reps, warmup, c.time_once(feeds))
+        for _ in range(warmup):
+            c.run(feeds)
         working_set = (sum(a.nbytes for a in feeds.values()) + sum(o.nbytes for o in outputs)
                        + sum(onnx.numpy_helper.to_array(i).nbytes for i in model.graph.initializer))
         return Timing.from_samples([c.time_once(feeds) for _ in range(reps)], peak_mem_bytes=working_set)
