@@ -89,7 +89,10 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
         for state in beam:
             t_exp = time.perf_counter()
-            todo = list(expansions(state, space, ctx, result))
+            # plan-wide directives (an execution path, a memory policy) cost no rewrite: scored first, so a
+            # time budget spent on expensive rewrites of a large graph still sees them
+            todo = sorted(expansions(state, space, ctx, result),
+                          key=lambda e: not e[0].keeps_graph(e[0].with_defaults(e[1])))
             clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
                 if time.perf_counter() - t0 > time_budget_s:
