@@ -150,27 +150,15 @@ def real_feeds(model, npz: Path) -> list[dict]:
 def compare_peers(key: str, folder: Path, npz: Path, rounds: int = ROUNDS) -> dict:
     """One model's row for report.peers_table: {name, compare, plan_is_default}. The peers of the
     run's default.onnx and meta-infer's plan (peers.PlanPeer on the run folder) measured together
-    on the real inputs; ORT default is built first and last, its figure pools both copies and
-    `aa` is the first against the second (as ort_baselines.compare does for the suite)."""
-    import numpy as np
+    on the real inputs by ort_baselines.compare, as the suite measures its models."""
     import onnx
-    from metainfer_core.accuracy import run_cpu
 
-    peers, _ = _bench_modules()
+    _bench_modules()
+    from ort_baselines import compare
+
     default = onnx.load(folder / "default.onnx")
     feeds = real_feeds(default, npz)
-    reference = run_cpu(default, feeds)
-    build = peers.builders(default, feeds)
-    build["meta_infer"] = lambda: peers.PlanPeer(folder)
-    build["ort_default_aa"] = build["ort_default"]
-    results = peers.measure(build, feeds, reference, rounds)
-    first, second = results["ort_default"], results.pop("ort_default_aa")
-    if not (first.get("error") or second.get("error")):
-        pooled = first["samples_ms"] + second["samples_ms"]
-        first |= {"latency_ms": float(np.median(pooled)), "p90_ms": float(np.percentile(pooled, 90)),
-                  "aa": first["latency_ms"] / second["latency_ms"]}
-    for v in results.values():
-        v.pop("samples_ms", None)
+    results = compare(default, run_folder=folder, runs=rounds, feeds=feeds)
     return {"name": key, "compare": results, "samples": len(feeds),
             "plan_is_default": (folder / "default.onnx").read_bytes() == (folder / "model.onnx").read_bytes()}
 

@@ -27,12 +27,13 @@ def adapt_feeds(model: onnx.ModelProto, samples: int, seed: int) -> list[dict[st
 
 def compare(default: onnx.ModelProto, plan: onnx.ModelProto | None = None, samples: int = 4, seed: int = 0,
             runs: int = 50, warmup: int = 3, run_folder: str | Path | None = None, settle: int = SETTLE,
-            labels=peers.PEERS) -> dict[str, dict]:
+            labels=peers.PEERS, feeds: list[dict] | None = None) -> dict[str, dict]:
     """Every peer of `default` (bench/peers.py PEERS) and, when `plan` or `run_folder` is given,
-    meta-infer's plan (`meta_infer`, through peers.PlanPeer), measured together. Returns {label:
-    {latency_ms, p90_ms, accuracy_loss, compile_s, path, error}}; `ort_default` also carries `aa`,
-    its first copy against the second (1.0 = no noise)."""
-    feeds = adapt_feeds(default, samples, seed)
+    meta-infer's plan (`meta_infer`, through peers.PlanPeer), measured together on `feeds` (default:
+    the random inputs adapt generates). Returns {label: {latency_ms, p90_ms, accuracy_loss,
+    compile_s, path, error}}; `ort_default` also carries `aa`, its first copy against the second
+    (1.0 = no noise)."""
+    feeds = feeds if feeds is not None else adapt_feeds(default, samples, seed)
     reference = run_cpu(default, feeds)
     build = peers.builders(default, feeds, labels)
     if plan is not None or run_folder is not None:

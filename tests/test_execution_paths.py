@@ -3,6 +3,8 @@ convolutional U-Net to OpenVINO (bf16 datapath), a GRU to ONNX Runtime; plan.jso
 record the path and its settings, and load_plan serves both plans within the accuracy bound."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -67,8 +69,8 @@ def test_search_binds_each_model_to_its_faster_path(run_flow, tmp_path):
         assert run.data.tags["execution_path"] == plan["execution_path"]["label"]
         assert plan["execution_path"]["settings"]["intra_op_threads"] == 1
     assert set(plans) == {"openvino", "onnxruntime"}
-    assert plans["openvino"] and "openvino" in str(
-        [c["execution_path"] for c in __import__("json").loads((plans["openvino"] / "plan.json").read_text())["candidates"]])
+    candidates = json.loads((plans["openvino"] / "plan.json").read_text())["candidates"]
+    assert any(c["execution_path"].startswith("openvino") for c in candidates)
     for runtime, folder in plans.items():           # the deployable plan, on its own path
         deployed = load_plan(folder)
         assert deployed.path["runtime"] == runtime

@@ -7,6 +7,7 @@ on a CPU with AVX512_BF16 is bf16, which changes the numerics). Inputs with dyna
 reshaped to the first feeds' shapes before compiling (the plugin is faster on static shapes)."""
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -21,7 +22,9 @@ from metainfer_core.timing import scaled_reps
 _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 
 
+@functools.lru_cache(maxsize=1)
 def _core():
+    """One OpenVINO Core per process: creating one loads the plugins, every compile reuses it."""
     import openvino as ov
 
     core = ov.Core()
