@@ -17,39 +17,34 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 from prefect import flow  # noqa: E402
 
 from tasks.adapt_tasks import (normalize_task, profile_task, rollback_task, search_task,  # noqa: E402
-                               train_predictor_task, verify_task)
+                               timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
 
 
-def _timed(timings: dict[str, float], key: str, task, *args):
-    t = time.perf_counter()
-    out = task(*args)
-    timings[key] = time.perf_counter() - t
-    return out
-
-
 @flow(name="adapt", validate_parameters=False)
 def adapt_flow(raw: dict) -> str:
     s = validate_settings(raw)
-    t0 = time.perf_counter()
+    budget = s.budget.start()
     model_name = s.model.name
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
     run_id = start_run(s, raw, model_name, run_name)
     try:
         timings: dict[str, float] = {}
-        prepared = _timed(timings, "normalize_s", normalize_task, raw)
-        report = _timed(timings, "profile_s", profile_task, raw, prepared)
-        cost_model, _ = _timed(timings, "train_s", train_predictor_task, raw, report.fingerprint_version)
-        outcome = _timed(timings, "search_s", search_task, raw, prepared, cost_model)
+        prepared = timed(budget, timings, "normalize", normalize_task, raw)
+        report = timed(budget, timings, "profile", profile_task, raw, prepared, bounded=True)
+        cost_model, _ = timed(budget, timings, "train", train_predictor_task, raw, report.fingerprint_version)
+        outcome = timed(budget, timings, "search", search_task, raw, prepared, cost_model, bounded=True)
         if s.deploy.remote_verify:      # measured on the target's work pool, everything else here
-            verified, remote = _timed(timings, "verify_s", remote_verify_task, raw, prepared, outcome, cost_model)
+            verified, remote = timed(budget, timings, "verify", remote_verify_task, raw, prepared, outcome, cost_model,
+                                     bounded=True)
         else:
-            verified, remote = _timed(timings, "verify_s", verify_task, raw, prepared, outcome, cost_model), None
+            verified = timed(budget, timings, "verify", verify_task, raw, prepared, outcome, cost_model, bounded=True)
+            remote = None
         folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
-                                     t0, remote)
+                                     budget, remote)
         finish_run(s, run_id, plan, folder, model_name)
     except BaseException as exc:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}")

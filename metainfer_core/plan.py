@@ -67,7 +67,7 @@ def metrics_of(v: dict | None) -> dict:
 
 
 def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, outcome, verified, decision, chosen,
-               timings: dict, artifact: Path, mlflow_run_id: str | None) -> dict:
+               timings: dict, artifact: Path, mlflow_run_id: str | None, budget=None) -> dict:
     """Assemble plan.json from the stage outputs (SPEC.md section 6)."""
     measurement = info.measurement
     baseline = verified.baseline.as_dict() if verified else None
@@ -102,9 +102,11 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "accuracy_repairs": verified.repairs if verified else [],
         "warnings": ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
                       "figures for them mean little; give real inputs with data.inputs=<file.npz>"]
-                     if prepared.degenerate else []),
+                     if prepared.degenerate else [])
+                    + [f"normalize: {w}" for w in prepared.normalized.warnings]
+                    + [f"budget: {w}" for w in (budget.warnings if budget is not None else [])],
         "profile": {"measured": profile_report.measured, "reused": profile_report.reused,
-                    "skipped": profile_report.skipped[:20]},
+                    "skipped": profile_report.skipped[:20], "left": profile_report.left},
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,
                     "duplicates": outcome.result.duplicates, "pruned": outcome.result.pruned,
                     "illegal": outcome.result.illegal, "failed": outcome.result.failed,
@@ -112,6 +114,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                     "execution_paths": outcome.extra.get("execution_paths", {})}
                    if outcome.result else None),
         "timings": timings,
+        "budget": budget.as_dict() if budget is not None else None,
         "artifact": str(artifact),
         "mlflow_run_id": mlflow_run_id,
     }

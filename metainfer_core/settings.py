@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from metainfer_core.budget import Budget
 from metainfer_core.errors import MetaInferError
 
 
@@ -119,6 +120,23 @@ class ProfileSettings(_Strict):
     reps: int = Field(ge=3)
     warmup: int = Field(ge=0)
     batch_gradient: list[int] = Field(min_length=1)
+
+
+class BudgetSettings(_Strict):
+    total_s: float = Field(default=240.0, gt=0)
+    shares: dict[str, float] = Field(default_factory=lambda: {"normalize": 0.05, "profile": 0.3, "train": 0.05,
+                                                              "search": 0.3, "verify": 0.25, "rollback": 0.05})
+
+    @field_validator("shares")
+    @classmethod
+    def _known_stages(cls, shares: dict[str, float]) -> dict[str, float]:
+        if any(v < 0 for v in shares.values()) or sum(shares.values()) <= 0:
+            raise ValueError(f"shares must be >= 0 and not all 0, got {shares}")
+        Budget.of(1.0, shares)      # names an unknown stage
+        return shares
+
+    def start(self) -> Budget:
+        return Budget.of(self.total_s, self.shares)
 
 
 class VerifySettings(_Strict):
@@ -237,6 +255,7 @@ class Settings(_Strict):
     profile: ProfileSettings
     verify: VerifySettings
     data: DataSettings
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
     paths: PathSettings
     reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)

@@ -17,6 +17,7 @@ from metainfer_core.accuracy_guard import repair
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend, create_backend
 from metainfer_core.backends.paths import ExecutionPath, missing_paths
+from metainfer_core.budget import eta
 from metainfer_core.decide import Decision, Objective, decide
 from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
@@ -31,6 +32,7 @@ from metainfer_core.search import Candidate, Evaluator, SearchResult, Weights, b
 from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.settings import Settings
 from metainfer_core.tensors import input_feeds_spec, random_feeds
+from metainfer_core.timing import SETTLE
 from metainfer_core.verify import Verified, verify
 from metainfer_core import zoo
 
@@ -161,7 +163,10 @@ def profiling_variants(s: Settings, prepared: Prepared, backend: Backend) -> lis
     return [prepared.model] + [m for m, _ in first] + [v for m, lossy in first if lossy for v, _ in rewrites(m, False)]
 
 
-def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: Progress = print) -> ProfileReport:
+def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: Progress = print,
+                  allowance_s: float | None = None) -> ProfileReport:
+    """allowance_s: the profile's share of budget.total_s; what it leaves is measured next run."""
+    t0 = time.perf_counter()
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     version = library.register_version(backend.info)
     key = set_key(prepared.model, _space(s), s.profile.batch_gradient)
@@ -169,19 +174,28 @@ def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: P
     if done is not None:
         progress(f"profile: this graph and action space are already profiled in {version} ({done} kernels)")
         return ProfileReport(version, measured=0, reused=done)
-    t0 = time.perf_counter()
     variants = profiling_variants(s, prepared, backend)
+    limit = f" (up to {eta(allowance_s)})" if allowance_s is not None else ""
+    last = [0.0]
 
     def tick(done: int, total: int) -> None:
-        if done == total or done % 10 == 0:
-            progress(f"profile: {done}/{total} kernels")
+        now = time.perf_counter() - t0
+        if done == total or now - last[0] > 5:      # a line every few seconds, with the time left
+            last[0] = now
+            left = now / done * (total - done)
+            if allowance_s is not None:
+                left = min(left, max(0.0, allowance_s - now))
+            progress(f"profile: {done}/{total} kernel measurements, ~{eta(left)} left{limit}")
 
-    report = profile(backend, library, variants, s.profile.batch_gradient, s.profile.reps, s.profile.warmup, tick)
+    report = profile(backend, library, variants, s.profile.batch_gradient, s.profile.reps, s.profile.warmup, tick,
+                     deadline_s=None if allowance_s is None else allowance_s - (time.perf_counter() - t0))
     report.seconds = time.perf_counter() - t0
-    if not report.skipped:      # a set with kernels that could not run is retried next time
+    if not report.skipped and not report.left:  # an unfinished set is carried on next time
         mark_profiled(library, version, key, report.measured + report.reused)
     progress(f"profile: {report.measured} measured, {report.reused} reused from library "
-             f"{report.fingerprint_version} in {report.seconds:.1f}s")
+             f"{report.fingerprint_version} in {report.seconds:.1f}s"
+             + (f"; {report.left} measurements left for the next run (the profile's share of budget.total_s="
+                f"{s.budget.total_s:g} is spent; the predictor estimates those kernels)" if report.left else ""))
     return report
 
 
@@ -229,7 +243,8 @@ class SearchOutcome:
 
 
 def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: CostModel,
-                 progress: Progress = print) -> SearchOutcome:
+                 progress: Progress = print, allowance_s: float | None = None) -> SearchOutcome:
+    """allowance_s: the search's share of budget.total_s (search.time_budget_s caps it too)."""
     from metainfer_core.accuracy import plan_loss
     from metainfer_core.search.beam import expansions as search_expansions
 
@@ -255,7 +270,10 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     root = SearchResult(default=default, top=[])
     n_root = sum(1 for _ in search_expansions(default, _space(s), ctx, root))
     expected_candidates = n_root * (1 + s.search.beam_width * (s.search.depth - 1))
-    expected_search_s = min(expected_candidates * 2 * t_eval, s.search.time_budget_s)
+    # what is left of the allowance after measuring the paths and the baseline
+    left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else float("inf")
+    budget_s = max(1.0, min(s.search.time_budget_s, left))
+    expected_search_s = min(expected_candidates * 2 * t_eval, budget_s)
     saving_s = default.latency_ms * s.search.expected_runs / 1e3
     if n_root and saving_s < expected_search_s:
         reason = (f"default plan predicted at {default.latency_ms:.3g} ms: over search.expected_runs="
@@ -271,8 +289,10 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                  f"(default {default.score:.4f}), "
                  f"{time.perf_counter() - t0:.1f}s")
 
+    progress(f"search: up to {eta(budget_s)} (" + ("its share of budget.total_s" if budget_s < s.search.time_budget_s
+                                                else "search.time_budget_s") + ")")
     result = beam_search(prepared.model, _space(s), evaluator, ctx, s.search.beam_width, s.search.depth,
-                         s.search.top_k, s.search.time_budget_s, tick, explore=explore_count(s, default))
+                         s.search.top_k, budget_s, tick, explore=explore_count(s, default))
     best = result.top[0] if result.top else None
     progress(f"search: {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
              f"{len(result.top)} better than default, {result.search_s:.1f}s "
@@ -292,7 +312,7 @@ EXPLORE_VERIFY_S = 15.0     # what verifying the explored plans may add, at most
 
 def explore_count(s: Settings, default: Candidate) -> int:
     """search.explore, fewer where verifying that many more plans would take long."""
-    per_plan_s = s.verify.runs * 3 * max(default.latency_ms, 1e-6) / 1e3       # each timed run follows two settle runs
+    per_plan_s = s.verify.runs * (1 + SETTLE) * max(default.latency_ms, 1e-6) / 1e3   # each timed run after its settle runs
     return max(0, min(s.search.explore, int(EXPLORE_VERIFY_S / per_plan_s)))
 
 
@@ -360,17 +380,40 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     return top + extra, repairs
 
 
+MIN_VERIFY_RUNS = 7     # the median and p90 of fewer timed runs say little
+
+
+def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, n_feeds: int,
+                allowance_s: float | None) -> int:
+    """verify.runs, fewer where timing that many rounds of every plan (each timed run after its
+    settle runs; the default twice: verify's late twin), after each plan's accuracy runs on the
+    validation inputs and its warm-up, would overrun the verify allowance (predicted latencies)."""
+    if allowance_s is None:
+        return s.verify.runs
+    ms = [c.latency_ms for c in [default, default, *plans] if c is not None and c.latency_ms == c.latency_ms]
+    per_round_s = sum(ms) * (1 + SETTLE) / 1e3
+    fixed_s = sum(ms) * (s.verify.warmup + n_feeds) / 1e3
+    if per_round_s <= 0:
+        return s.verify.runs
+    return int(max(MIN_VERIFY_RUNS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
+
+
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
                  progress: Progress = print, cost_model: CostModel | None = None,
-                 measure: Callable[..., list[Verified]] = verify) -> VerifyOutcome:
-    """measure: verify()'s signature; another host's verify for deploy.remote_verify."""
+                 measure: Callable[..., list[Verified]] = verify, allowance_s: float | None = None) -> VerifyOutcome:
+    """measure: verify()'s signature; another host's verify for deploy.remote_verify.
+    allowance_s: verify's share of budget.total_s (bounds the number of timed rounds)."""
     t0 = time.perf_counter()
     plans, repairs = _guard(s, prepared, backend, list(outcome.result.top) if outcome.result else [], cost_model,
                             progress)
     models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(plans)]
+    left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
+    runs = verify_runs(s, plans, outcome.default, len(prepared.feeds), left)
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
-             f"{s.verify.runs} interleaved runs each")
-    results = measure(backend, models, prepared.feeds, prepared.reference, s.verify.runs, s.verify.warmup,
+             f"{runs} interleaved runs each"
+             + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
+                else ""))
+    results = measure(backend, models, prepared.feeds, prepared.reference, runs, s.verify.warmup,
                       prepared.loss_fn)
     by_label = {v.label: v for v in results}
     for r in repairs:       # what pinning cost: the repaired plan against the plan it came from

@@ -12,6 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from metainfer_core import stages
 from metainfer_core.deploy import path_record
 from metainfer_core.plan import RunFolder, build_plan
+from metainfer_core.budget import Budget
 from metainfer_core.settings import Settings, validate_settings
 
 
@@ -23,6 +24,19 @@ def _settings(raw: dict) -> Settings:
     return validate_settings(raw)
 
 
+def timed(budget: Budget, timings: dict[str, float], stage: str, task, *args, bounded: bool = False):
+    """Run a stage's task, book its seconds in `timings` and the budget; a bounded stage gets
+    its allowance as last argument. An overrun is said in the log (and plan.json)."""
+    allowance = budget.allowance(stage)
+    t = time.perf_counter()
+    out = task(*args, allowance) if bounded else task(*args)
+    timings[f"{stage}_s"] = time.perf_counter() - t
+    overrun = budget.record(stage, timings[f"{stage}_s"])
+    if overrun:
+        _progress(f"WARNING: budget: {overrun}")
+    return out
+
+
 @task(name="normalize", cache_policy=NO_CACHE)
 def normalize_task(raw: dict) -> stages.Prepared:
     s = _settings(raw)
@@ -30,9 +44,9 @@ def normalize_task(raw: dict) -> stages.Prepared:
 
 
 @task(name="profile", cache_policy=NO_CACHE)
-def profile_task(raw: dict, prepared: stages.Prepared):
+def profile_task(raw: dict, prepared: stages.Prepared, allowance_s: float | None = None):
     s = _settings(raw)
-    return stages.profile_stage(s, prepared, stages.make_backend(s), _progress)
+    return stages.profile_stage(s, prepared, stages.make_backend(s), _progress, allowance_s)
 
 
 @task(name="train_predictor", cache_policy=NO_CACHE)
@@ -41,21 +55,24 @@ def train_predictor_task(raw: dict, fingerprint_version: str):
 
 
 @task(name="search", cache_policy=NO_CACHE)
-def search_task(raw: dict, prepared: stages.Prepared, cost_model) -> stages.SearchOutcome:
+def search_task(raw: dict, prepared: stages.Prepared, cost_model, allowance_s: float | None = None
+                ) -> stages.SearchOutcome:
     s = _settings(raw)
-    return stages.search_stage(s, prepared, stages.make_backend(s), cost_model, _progress)
+    return stages.search_stage(s, prepared, stages.make_backend(s), cost_model, _progress, allowance_s)
 
 
 @task(name="verify", cache_policy=NO_CACHE)
-def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome, cost_model) -> stages.VerifyOutcome:
+def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome, cost_model,
+                allowance_s: float | None = None) -> stages.VerifyOutcome:
     s = _settings(raw)
-    return stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress, cost_model)
+    return stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress, cost_model,
+                               allowance_s=allowance_s)
 
 
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
                   cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
-                  timings: dict, started: float, remote: dict | None = None) -> tuple[Path, dict]:
+                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[Path, dict]:
     """Decide, then write the run folder (chosen model, plan.json, feature map) atomically."""
     s = _settings(raw)
     backend = stages.make_backend(s)
@@ -72,11 +89,11 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
         folder.write_json("normalize_log.json", {"log": prepared.normalized.log,
                                                  "max_abs_err": prepared.normalized.max_abs_err})
         timings = dict(timings, compile_s=sum(v.compile_s for v in [verified.baseline] + verified.candidates))
-        timings["total_s"] = time.perf_counter() - started
+        timings["total_s"] = budget.elapsed()
         plan = build_plan(settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,
                           cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
-                          mlflow_run_id=mlflow_run_id)
+                          mlflow_run_id=mlflow_run_id, budget=budget)
         plan["calibration"] = calibration
         plan["execution_path"] = path_record(backend, chosen_model)
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans

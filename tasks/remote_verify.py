@@ -123,11 +123,11 @@ def remote_measure(s: Settings, raw: dict, record: dict):
 
 @task(name="verify_remote", cache_policy=NO_CACHE)
 def remote_verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome,
-                       cost_model) -> tuple[stages.VerifyOutcome, dict]:
+                       cost_model, allowance_s: float | None = None) -> tuple[stages.VerifyOutcome, dict]:
     s = validate_settings(raw)
     record: dict = {}
     verified = stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress, cost_model,
-                                   measure=remote_measure(s, raw, record))
+                                   measure=remote_measure(s, raw, record), allowance_s=allowance_s)
     return verified, record
 
 

@@ -26,6 +26,7 @@ class ProfileReport:
     reused: int = 0
     skipped: list[str] = field(default_factory=list)     # kernels that cannot run standalone, with why
     seconds: float = 0.0
+    left: int = 0           # (kernel, batch) measurements the time allowance left for a later run
 
 
 _BATCHED: dict[int, tuple[onnx.ModelProto, set[str]]] = {}
@@ -110,44 +111,56 @@ def distinct_kernels(models: list[onnx.ModelProto], op_filter: set[str] | None =
 
 def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.ModelProto], batch_gradient: list[int],
             reps: int, warmup: int, progress: Callable[[int, int], None] | None = None,
-            op_filter: set[str] | None = None) -> ProfileReport:
-    """Measure every kernel of `models` (only those whose op is in `op_filter`, when given)."""
+            op_filter: set[str] | None = None, deadline_s: float | None = None) -> ProfileReport:
+    """Measure every kernel of `models` (only those whose op is in `op_filter`, when given):
+    first each kernel at the first batch of the gradient, in the order of `models` (the
+    default graph's kernels, then the variants'), then the other batches. Past `deadline_s`
+    seconds the rest is left (report.left), to be measured by a later run."""
     info = backend.info
     version = library.register_version(info)
     report = ProfileReport(version)
     t0 = time.perf_counter()
     known = library.known_keys(version)
-    todo = distinct_kernels(models, op_filter)
+    kernels = distinct_kernels(models, op_filter)
+    todo = [(m, k, infos, scale) for scale in batch_gradient for m, k, infos in kernels]
     batch: list[Measurement] = []
     kernel_files: dict[str, onnx.ModelProto] = {}
-    for done, (m, k, infos) in enumerate(todo, 1):
-        for scale in batch_gradient:
-            try:
-                km = kernel_model(m, k, infos, scale)
-                standalone = group_kernels(km)
-            except Exception as exc:  # noqa: BLE001 - any op may refuse a scaled or cut-out shape
-                report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
-                continue
-            if len(standalone) != 1:
-                report.skipped.append(f"{k.op_type} {k.node_names[0]}: splits into {len(standalone)} kernels standalone")
-                continue
-            sk = standalone[0]
-            if sk.key() in known:
-                report.reused += 1
-                continue
-            try:
-                timing = backend.benchmark(km, reps=reps, warmup=warmup)
-            except Exception as exc:  # noqa: BLE001 - e.g. no kernel for this dtype on this provider
-                report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
-                continue
-            known.add(sk.key())
-            kernel_files[sk.key()] = km
-            # normalized graphs express every layout as NCHW (layout changes are explicit Transposes)
-            batch.append(Measurement(sk.key(), sk.op_type, sk.dtype, "NCHW", sk.signature(), kernel_features(sk), timing,
-                                     sk.bytes_in + sk.bytes_weights + sk.bytes_out))
+    for done, (m, k, infos, scale) in enumerate(todo, 1):
+        if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+            report.left = len(todo) - done + 1
+            break
+        _measure_one(backend, m, k, infos, scale, reps, warmup, known, report, batch, kernel_files)
         if progress:
             progress(done, len(todo))
     report.measured = library.add(info, batch)
     save_kernels(library, kernel_files)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def _measure_one(backend: Backend, m: onnx.ModelProto, k: Kernel, infos: dict[str, TensorInfo], scale: int, reps: int,
+                 warmup: int, known: set[str], report: ProfileReport, batch: list[Measurement],
+                 kernel_files: dict[str, onnx.ModelProto]) -> None:
+    try:
+        km = kernel_model(m, k, infos, scale)
+        standalone = group_kernels(km)
+    except Exception as exc:  # noqa: BLE001 - any op may refuse a scaled or cut-out shape
+        report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
+        return
+    if len(standalone) != 1:
+        report.skipped.append(f"{k.op_type} {k.node_names[0]}: splits into {len(standalone)} kernels standalone")
+        return
+    sk = standalone[0]
+    if sk.key() in known:
+        report.reused += 1
+        return
+    try:
+        timing = backend.benchmark(km, reps=reps, warmup=warmup)
+    except Exception as exc:  # noqa: BLE001 - e.g. no kernel for this dtype on this provider
+        report.skipped.append(f"{k.op_type} {k.node_names[0]} x{scale}: {str(exc).splitlines()[0][:160]}")
+        return
+    known.add(sk.key())
+    kernel_files[sk.key()] = km
+    # normalized graphs express every layout as NCHW (layout changes are explicit Transposes)
+    batch.append(Measurement(sk.key(), sk.op_type, sk.dtype, "NCHW", sk.signature(), kernel_features(sk), timing,
+                             sk.bytes_in + sk.bytes_weights + sk.bytes_out))
