@@ -6,7 +6,9 @@ respects every hard bound, and pays:
 - the default itself does not fit the device memory and the candidate does.
 Among eligible candidates, the chosen one has the best score on measured values, the search's
 objective (w1 latency/default + w2 peak memory/default + w3 accuracy loss + change penalty x
-actions), and must score better than the default; without weights, the fastest is chosen.
+actions), and must score better than the default; without weights, the fastest is chosen. A plan
+with fewer actions that the best one does not beat beyond noise (no more loss, nor memory when it
+counts) is chosen instead.
 Otherwise the default stays (rolled_back).
 
 "Beyond noise" uses the interleaved rounds of verify: each round timed the default and the
@@ -101,7 +103,33 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
     if not eligible:
         return Decision("rolled_back", "; ".join(rejected) or "no candidate to verify", None)
     best = min(eligible, key=lambda i: eligible[i][0])
+    simpler = _simpler_within_noise(candidates, best, {i: changes[i] for i in eligible if changes[i] < changes[best]},
+                                    objective)
+    note = ""
+    if simpler is not None:
+        note = (f"; chosen over {candidates[best].label} ({changes[best]} actions, score {eligible[best][0]:.3f}), "
+                f"which is not faster beyond noise with {changes[best] - changes[simpler]} more action(s)")
+        best = simpler
     c = candidates[best]
     scored = f", score {eligible[best][0]:.3f}" if objective is not None else ""
     return Decision("adapted", f"{c.label} verified at {c.latency_ms:.4g} ms vs default {baseline.latency_ms:.4g} ms "
-                               f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}", best)
+                               f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}{note}", best)
+
+
+def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Objective | None
+                          ) -> int | None:
+    """The plan with the fewest actions among `fewer` that the best-scoring plan does not beat
+    beyond noise (paired rounds: every plan ran in each round), with no more loss and, when memory
+    counts, no more peak memory: a gain the measurement cannot tell apart is not worth an action
+    (and tends not to repeat on another run)."""
+    if objective is None:
+        return None
+    b = candidates[best]
+    ok = []
+    for i in fewer:
+        c = candidates[i]
+        _, low, _ = ratio_bounds(b.samples_ms, c.samples_ms)
+        if (low <= 1 + MIN_GAIN and c.accuracy_loss <= b.accuracy_loss * 1.1 + 1e-9
+                and (objective.memory == 0 or c.peak_mem_bytes <= b.peak_mem_bytes * (1 + MIN_MEM_GAIN))):
+            ok.append(i)
+    return min(ok, key=lambda i: (fewer[i], i)) if ok else None

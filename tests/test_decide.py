@@ -74,3 +74,19 @@ def test_change_penalty_can_outweigh_a_tiny_gain():
     d = decide(v("default", 10.0, jitter=0.002), [v("busy", 9.8, jitter=0.002, seed=1)], 0.01, 10**6,
                objective=Objective(1.0, 0.0, 0.0, change_penalty=0.05), changes=[1])
     assert d.decision == "rolled_back" and "scores" in d.reason
+
+
+def test_fewer_actions_win_when_the_gain_is_within_noise():
+    """int8 + bf16 measured 2 % faster than bf16 alone in noisy rounds: not a gain to pay an
+    action for; with low noise the same 5 % gain is kept."""
+    base = v("default", 10.0, jitter=0.05)
+    plain, stacked = v("bf16", 5.2, loss=0.0064, jitter=0.05, seed=1), v("int8+bf16", 5.1, loss=0.0066, jitter=0.05, seed=2)
+    d = decide(base, [stacked, plain], 0.01, 10**6, objective=LATENCY, changes=[2, 1])
+    assert d.chosen == 1 and "not faster beyond noise" in d.reason
+    base = v("default", 10.0, jitter=0.002)
+    plain, stacked = v("bf16", 5.4, loss=0.0064, jitter=0.002, seed=1), v("int8+bf16", 5.1, loss=0.0066, jitter=0.002, seed=2)
+    assert decide(base, [stacked, plain], 0.01, 10**6, objective=LATENCY, changes=[2, 1]).chosen == 0
+    # a simpler plan with more loss is not preferred
+    plain = v("bf16", 5.2, loss=0.009, jitter=0.05, seed=1)
+    assert decide(v("default", 10.0, jitter=0.05), [v("int8+bf16", 5.1, loss=0.0066, jitter=0.05, seed=2), plain],
+                  0.01, 10**6, objective=LATENCY, changes=[2, 1]).chosen == 0
