@@ -48,3 +48,21 @@ def compare(default: onnx.ModelProto, plan: onnx.ModelProto | None = None, sampl
     for v in results.values():
         v.pop("samples_ms", None)
     return results
+
+
+def real_feeds(model: onnx.ModelProto, npz: str | Path) -> list[dict[str, np.ndarray]]:
+    """The data.inputs samples as adapt read them: one feed per sample, cast to and checked
+    against `model`'s (bound) inputs (metainfer_core.normalize.inputs, what stages.prepare uses)."""
+    from metainfer_core.normalize.inputs import load_samples, sample_feeds
+    return sample_feeds(model, load_samples(str(npz)), str(npz), "labels")[0]
+
+
+def compare_run(folder: str | Path, npz: str | Path | None = None, runs: int = 50, samples: int = 4, seed: int = 0,
+                warmup: int = 3, labels=peers.PEERS) -> tuple[dict[str, dict], int]:
+    """compare() for one adapt run folder: the peers of its default.onnx and meta-infer's plan
+    (the folder through peers.PlanPeer), on the inputs the adapt got: the data.inputs `npz` when
+    given (real inputs), else the random ones adapt draws (`samples`, `seed`). Returns (compare's
+    result, how many inputs)."""
+    default = onnx.load(Path(folder) / "default.onnx")
+    feeds = real_feeds(default, npz) if npz is not None else adapt_feeds(default, samples, seed)
+    return compare(default, runs=runs, warmup=warmup, run_folder=folder, feeds=feeds, labels=labels), len(feeds)

@@ -22,18 +22,75 @@ def _x(r) -> str:
     return "–" if r is None else f"{r:.2f}x"
 
 
-def speedup_row(m: dict) -> str:
-    t = m["timings"]
-    return (f"| {m['name']} | {m['nodes']} | {_f(m['default_ms'], '.4g')} | {_f(m['adapted_ms'], '.4g')} "
-            f"| **{_x(_ratio(m['default_ms'], m['adapted_ms']))}** | {_f(m['accuracy_loss'], '.2e')} | {m['decision']} "
-            f"| {', '.join(m['actions']) or '-'} | {t.get('search_s', 0):.1f} / {t.get('compile_s', 0):.2f} / "
-            f"{t.get('verify_s', 0):.1f} | {t.get('total_s', 0):.0f} | `{m['run_folder']}` | `{m['mlflow_run_id']}` "
-            f"| {m.get('mlflow_check', '–')} |")
+GOAL = 0.97   # issue 21: meta-infer at least as fast as the fastest peer within max_loss, within 3 %
+SOURCES = {"zoo": "zoo", "ppocr": "PP-OCR", "corpus": "corpus"}
 
 
 def _gmean(xs) -> float | None:
     xs = [x for x in xs if x and math.isfinite(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def first_line(text: str | None, limit: int = 150) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    return (lines[0] if lines else "(no message)")[:limit]
+
+
+def _source(m: dict) -> str:
+    src = SOURCES.get(m.get("source"), m.get("source") or "–")
+    return src + (", real inputs" if m.get("inputs") == "data.inputs" else "")
+
+
+def stage_seconds(timings: dict | None) -> str:
+    """plan.json `timings` as 'normalize 0.3, profile 3.4, ..., total 15.2' (seconds)."""
+    return ", ".join(f"{k.removesuffix('_s')} {v:.1f}" for k, v in (timings or {}).items()
+                     if isinstance(v, (int, float))) or "–"
+
+
+def _failed(m: dict) -> str:
+    rc = m.get("rc")
+    why = "not fetched" if rc == "fetch" else "timed out" if rc == "timeout" else f"exit {rc}" if rc is not None else ""
+    return f"failed ({why})" if why else "failed"
+
+
+def adapt_table(models: list[dict], links: bool = True) -> list[str]:
+    """Per model: source, exit code, decision, adapted vs default (adapt's own verify), accuracy
+    loss, actions, execution path, adapt wall time and each stage's seconds (plan.json `timings`);
+    with `links`, the run folder and MLflow run too."""
+    head = ["model", "source", "exit", "nodes", "default ms", "adapted ms", "speed-up", "accuracy loss", "decision",
+            "actions", "execution path", "adapt s", "stage seconds"] + (["run folder", "MLflow run", "mlflow"]
+                                                                       if links else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in models:
+        if m.get("error"):
+            cells = [m["name"], _source(m), str(m.get("rc", "–")), "", "", "", "", "",
+                     f"{_failed(m)}: {first_line(m['error'])}", "", "", _f(m.get("adapt_s"), ".0f"), ""]
+        else:
+            cells = [m["name"], _source(m), str(m.get("rc", 0)), str(m["nodes"]), _f(m["default_ms"], ".4g"),
+                     _f(m["adapted_ms"], ".4g"), f"**{_x(_ratio(m['default_ms'], m['adapted_ms']))}**",
+                     _f(m["accuracy_loss"], ".2e"), m["decision"], ", ".join(m["actions"]) or "-",
+                     m.get("execution_path") or "–", _f(m.get("adapt_s"), ".0f"), stage_seconds(m.get("timings"))]
+        if links:
+            cells += ["", "", ""] if m.get("error") else [f"`{m['run_folder']}`", f"`{m['mlflow_run_id']}`",
+                                                         str(m.get("mlflow_check", "–"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def failures(models: list[dict]) -> list[str]:
+    """One section per model whose adapt failed or timed out: its exit code and error paragraph."""
+    out = []
+    for m in models:
+        if m.get("error"):
+            out += ["", f"### {m['name']}: {_failed(m)}", "", "```", m["error"].strip(), "```"]
+        elif m.get("compare_error"):
+            out += ["", f"### {m['name']}: the peer comparison failed", "", "```", m["compare_error"].strip(), "```"]
+    return out
+
+
+def failed_peers(models: list[dict]) -> list[str]:
+    return [f"- {m['name']}: {NAMES.get(k, k)}: {v['error']}" for m in models
+            for k, v in (m.get("compare") or {}).items() if (v or {}).get("error")]
 
 
 def _base(c: dict) -> float | None:
@@ -61,6 +118,44 @@ def compare_ratios(m: dict, max_loss: float) -> dict[str, float | None]:
     return out
 
 
+def goal(m: dict, max_loss: float) -> str:
+    """The 3 % goal on one model: 'yes' (meta-infer within max_loss and at least GOAL times the
+    fastest peer within it: its latency / meta-infer's >= 0.97), 'below', 'over max_loss' (meta-
+    infer's plan itself lost more), 'failed' (adapt, comparison or meta-infer's run failed), or
+    '–' (not compared: --skip compare)."""
+    c = m.get("compare") or {}
+    if m.get("error") or m.get("compare_error"):
+        return "failed"
+    if not c:
+        return "–"
+    mi = c.get("meta_infer") or {}
+    if mi.get("error") or not mi.get("latency_ms"):
+        return "failed"
+    if (mi.get("accuracy_loss") or 0) > max_loss:
+        return "over max_loss"
+    r = compare_ratios(m, max_loss)["vs_fastest"]
+    return "yes" if r is None or r >= GOAL else "below"
+
+
+def goal_summary(models: list[dict], max_loss: float) -> dict:
+    """{met, total (models compared or failed), below: [(name, ratio)], other: [(name, status)]}."""
+    status = [(m["name"], goal(m, max_loss), compare_ratios(m, max_loss)["vs_fastest"]) for m in models]
+    counted = [s for s in status if s[1] != "–"]
+    return {"met": sum(1 for s in counted if s[1] == "yes"), "total": len(counted),
+            "below": [(n, r) for n, g, r in counted if g == "below"],
+            "other": [(n, g) for n, g, _ in counted if g not in ("yes", "below")]}
+
+
+def goal_line(models: list[dict], max_loss: float) -> str:
+    g = goal_summary(models, max_loss)
+    if not g["total"]:
+        return "3 % goal: not measured (no peer comparison in this run)"
+    rest = ([f"below: {', '.join(f'{n} {_x(r)}' for n, r in g['below'])}"] if g["below"] else []) + \
+        ([", ".join(f"{n} {s}" for n, s in g["other"])] if g["other"] else [])
+    return (f"**{g['met']} of {g['total']} models meet the 3 % goal** (meta-infer / fastest peer within "
+            f"accuracy.max_loss {max_loss:g} >= {GOAL:g})" + (f"; {'; '.join(rest)}" if rest else ""))
+
+
 def _cell(v: dict | None, base) -> str:
     if not v:
         return "–"
@@ -81,31 +176,47 @@ def _path(m: dict) -> str:
             + (" (= default)" if m.get("plan_is_default") else ""))
 
 
+def _goal_cell(g: str) -> str:
+    return g if g in ("yes", "–") else f"**{g}**"
+
+
+COLUMNS = (*PEERS[1:], "meta_infer")
+
+
 def compare_row(m: dict, max_loss: float = 0.01) -> str:
     c = m.get("compare") or {}
     base, r = _base(c), compare_ratios(m, max_loss)
-    if m.get("error") or not c:
-        return f"| {m['name']} | failed: {(m.get('error') or 'no comparison')[:150]} |" + "|" * (len(PEERS) + 4)
+    g = goal(m, max_loss)
+    if m.get("error") or m.get("compare_error") or not c:
+        why = (f"{_failed(m)}: {first_line(m['error'])}" if m.get("error") else
+               f"failed: {first_line(m.get('compare_error') or 'no comparison')}")
+        return f"| {m['name']} | {_source(m)} | {why} |" + " |" * (len(COLUMNS) + 4) + f" {_goal_cell(g)} |"
     best = fastest_peer(c, max_loss)
     mi = c.get("meta_infer") or {}
     over = " (over max loss)" if (mi.get("accuracy_loss") or 0) > max_loss else ""
-    return (f"| {m['name']} | {_f(base, '.4g') if base else _cell(c.get('ort_default'), None)} | {_x(r['aa'])} | "
-            + " | ".join(_cell(c.get(k), base) for k in (*PEERS[1:], "meta_infer")) + f" | {_path(m)} | "
-            + (f"{NAMES[best[0]]} ({_x(r['fastest'])})" if best else "none") + f" | **{_x(r['vs_fastest'])}**{over} |")
+    return (f"| {m['name']} | {_source(m)} | {_f(base, '.4g') if base else _cell(c.get('ort_default'), None)} "
+            f"| {_x(r['aa'])} | " + " | ".join(_cell(c.get(k), base) for k in COLUMNS) + f" | {_path(m)} | "
+            + (f"{NAMES[best[0]]} ({_x(r['fastest'])})" if best else "none")
+            + f" | **{_x(r['vs_fastest'])}**{over} | {_goal_cell(g)} |")
 
 
 def peers_table(models: list[dict], max_loss: float = 0.01) -> list[str]:
-    """The per-model peers table with a last row of geometric means of every ratio column."""
-    cols = (*PEERS[1:], "meta_infer")
-    lines = ["| model | ORT default ms | A/A | " + " | ".join(NAMES[k] for k in cols)
-             + f" | meta-infer path | fastest peer within max_loss {max_loss:g} | meta-infer / fastest peer |",
-             "|---|---|---|" + "---|" * (len(cols) + 3)]
-    rows = [m for m in models if m.get("compare") or m.get("error")]
+    """The per-model peers table (every model: a failed one says why) with a last row of
+    geometric means of every column (ORT default ms and every ratio; the goal column counts)."""
+    lines = ["| model | source | ORT default ms | A/A | " + " | ".join(NAMES[k] for k in COLUMNS)
+             + f" | meta-infer path | fastest peer within max_loss {max_loss:g} | meta-infer / fastest peer "
+             f"| 3 % goal (>= {GOAL:g}) |",
+             "|---|---|---|---|" + "---|" * (len(COLUMNS) + 4)]
+    rows = [m for m in models if m.get("compare") or m.get("error") or m.get("compare_error")]
     lines += [compare_row(m, max_loss) for m in rows]
-    ok = [compare_ratios(m, max_loss) for m in rows if not m.get("error") and m.get("compare")]
-    g = {k: _gmean([r[k] for r in ok]) for k in (*cols, "aa", "fastest", "vs_fastest")}
-    lines.append(f"| geo-mean ({len(ok)} models) | | {_x(g['aa'])} | " + " | ".join(_x(g[k]) for k in cols)
-                 + f" | | {_x(g['fastest'])} | **{_x(g['vs_fastest'])}** |")
+    ok = [m for m in rows if not m.get("error") and not m.get("compare_error") and m.get("compare")]
+    ratios = [compare_ratios(m, max_loss) for m in ok]
+    g = {k: _gmean([r[k] for r in ratios]) for k in (*COLUMNS, "aa", "fastest", "vs_fastest")}
+    base = _gmean([_base(m["compare"]) for m in ok])
+    s = goal_summary(rows, max_loss)
+    lines.append(f"| geo-mean ({len(ok)} models) | | {_f(base, '.4g')} | {_x(g['aa'])} | "
+                 + " | ".join(_x(g[k]) for k in COLUMNS)
+                 + f" | | {_x(g['fastest'])} | **{_x(g['vs_fastest'])}** | {s['met']} of {s['total']} |")
     return lines
 
 
@@ -122,17 +233,19 @@ def max_loss(results: dict) -> float:
 def headline(results: dict) -> dict:
     """Geometric means over the models that ran: adapted vs default (adapt's verify), each peer
     and meta-infer vs ORT default (same comparison run), the fastest peer within max_loss and
-    meta-infer against it, plus the median distance to the roofline."""
+    meta-infer against it, plus the median distance to the roofline and the 3 % goal's count."""
     gmean = _gmean
     ok = [m for m in results["models"] if not m.get("error")]
     out = {"models": len(ok), "failed": len(results["models"]) - len(ok),
            "adapted": sum(1 for m in ok if m["decision"] == "adapted"),
            "speedup_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in ok])}
-    ratios = [compare_ratios(m, max_loss(results)) for m in ok if m.get("compare")]
+    ratios = [compare_ratios(m, max_loss(results)) for m in ok if m.get("compare") and not m.get("compare_error")]
     for k in (*PEERS[1:], "meta_infer", "aa", "fastest", "vs_fastest"):
         out[f"{k}_gmean"] = gmean([r[k] for r in ratios])
     xs = sorted(m["roofline"]["x_limit"] for m in ok if m.get("roofline"))
     out["roofline_x_median"] = xs[len(xs) // 2] if xs else None
+    g = goal_summary(results["models"], max_loss(results))
+    out["goal_met"], out["goal_models"] = g["met"], g["total"]
     return out
 
 
@@ -140,6 +253,7 @@ def markdown(results: dict) -> str:
     h = headline(results)
     mach = results["machine"]
     lines = [f"# meta-infer benchmark report ({results['date']})", "",
+             goal_line(results["models"], max_loss(results)) + ".", "",
              f"Machine: {mach['cpu']}, {mach['cores']} cores ({mach['load']}), onnxruntime {mach['onnxruntime']}; "
              f"target `cpu` (**measured**, 1 intra-op thread). Suite options: `{results['options']}`; wall time "
              f"{results['wall_s'] / 60:.1f} min. Every ratio below compares figures measured side by side in this run.",
@@ -154,12 +268,12 @@ def markdown(results: dict) -> str:
              f"- adapted latency / roofline limit (median): {_f(h['roofline_x_median'], '.3g')}x", ""]
     lines += ["## Adapted vs default on `cpu`", "",
               "From each run's plan.json (`baseline` = default plan, `measured` = chosen plan, timed interleaved in "
-              "the same verify); `mlflow` says whether the MLflow run holds the same figures.", "",
-              "| model | nodes | default ms | adapted ms | speed-up | accuracy loss | decision | actions "
-              "| search / compile / verify s | adapt total s | run folder | MLflow run | mlflow |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for m in results["models"]:
-        lines.append(f"| {m['name']} | failed: {m['error'][:150]} |||||||||||" if m.get("error") else speedup_row(m))
+              "the same verify); source: the zoo (random inputs, as adapt draws them), PP-OCR from rapidocr's "
+              "installed files (random inputs) or the corpus of real models (tests/corpus.py, with its real inputs "
+              "as `data.inputs`); exit: adapt's exit code; adapt s: its wall time, stage seconds: plan.json "
+              "`timings`; `mlflow` says whether the MLflow run holds the same figures. A model whose adapt failed "
+              "or timed out says so; its error paragraph is under *Failures*.", ""]
+    lines += adapt_table(results["models"])
     lines += ["", "## Against what a user would try instead", "",
               "Per model, in one interleaved timing run with verify's method (bench/ort_baselines.py compare(), the "
               f"peers in bench/peers.py; {results['options'].get('compare_runs')} timed runs each, every one after "
@@ -176,9 +290,19 @@ def markdown(results: dict) -> str:
               "`failed:` and why. ORT default is loaded first and last and its figure pools both copies; A/A is the "
               "first copy against the second (noise floor). `fastest peer` is the fastest of the six peers whose "
               f"loss is within accuracy.max_loss ({max_loss(results):g}); the last column is its latency over "
-              "meta-infer's (> 1 = meta-infer faster). `(= default)`: adapt kept the default plan. The last row "
-              "holds the geometric mean of every ratio column.", ""]
+              "meta-infer's (> 1 = meta-infer faster); `3 % goal` says whether that ratio is at least "
+              f"{GOAL:g} (**below** otherwise; **over max_loss** when meta-infer's own plan lost more than the "
+              "bound on these inputs; **failed** when its adapt or comparison failed). `(= default)`: adapt kept "
+              "the default plan. Zoo and PP-OCR-from-rapidocr models are compared on the random inputs adapt "
+              "draws, corpus models on their real `data.inputs` samples. The last row holds the geometric mean "
+              "of every column (ORT default ms and every ratio) and how many models meet the goal.", ""]
     lines += peers_table(results["models"], max_loss(results))
+    bad_peers = failed_peers(results["models"])
+    if bad_peers:
+        lines += ["", "Failed peers:", ""] + bad_peers
+    fails = failures(results["models"])
+    if fails:
+        lines += ["", "## Failures"] + fails
     p = results.get("peaks")
     if p:
         lines += ["", "## Roofline reference", "",
@@ -260,36 +384,57 @@ def _mlflow(m: dict | None) -> list[str]:
 
 
 def readme_block(results: dict, report_path: str) -> str:
-    """The compact table that goes between the README markers."""
-    h = headline(results)
+    """The compact table that goes between the README markers: every model (zoo, PP-OCR, corpus),
+    a failed one included, and a last row of geometric means of every column."""
+    h, limit = headline(results), max_loss(results)
     lines = [BEGIN, f"Last run {results['date']} on {results['machine']['cpu']} ({results['machine']['cores']} cores, "
              f"shared: {results['machine']['load']}), `{results['command']}`, {results['wall_s'] / 60:.1f} min; "
-             f"full report `{report_path}`. Target `cpu` (measured, 1 thread).", "",
-             "| model | default ms | adapted ms | speed-up | accuracy loss | decision | ORT static | ORT dynamic "
-             "| fastest peer | meta-infer / fastest peer | A/A | adapted / roofline |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"full report `{report_path}`. Target `cpu` (measured, 1 thread). "
+             + goal_line(results["models"], limit) + ".", "",
+             "| model | source | default ms | adapted ms | speed-up | accuracy loss | decision | ORT static "
+             "| ORT dynamic | fastest peer | meta-infer / fastest peer | 3 % goal | A/A | adapted / roofline "
+             "| adapt s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    ok = []
     for m in results["models"]:
         if m.get("error"):
-            lines.append(f"| {m['name']} | failed |||||||||||")
+            lines.append(f"| {m['name']} | {_source(m)} | {_failed(m)} ||||||||| failed || "
+                         f"| {_f(m.get('adapt_s'), '.0f')} |")
             continue
+        ok.append(m)
         c = m.get("compare") or {}
-        base, r, best = _base(c), compare_ratios(m, max_loss(results)), fastest_peer(c, max_loss(results))
+        base, r, best = _base(c), compare_ratios(m, limit), fastest_peer(c, limit)
         ort = [_x(_ratio(base, (c.get(k) or {}).get("latency_ms"))) + f" ({_f((c.get(k) or {}).get('accuracy_loss'), '.0e')})"
                for k in ("ort_static", "ort_dynamic")]
-        lines.append(f"| {m['name']} | {_f(m['default_ms'], '.3g')} | {_f(m['adapted_ms'], '.3g')} "
+        lines.append(f"| {m['name']} | {_source(m)} | {_f(m['default_ms'], '.3g')} | {_f(m['adapted_ms'], '.3g')} "
                      f"| {_x(_ratio(m['default_ms'], m['adapted_ms']))} | {_f(m['accuracy_loss'], '.1e')} "
                      f"| {m['decision']} | {ort[0]} | {ort[1]} "
                      f"| {NAMES[best[0]] + ' ' + _x(r['fastest']) if best else '–'} "
-                     f"| {_x(r['vs_fastest'])} | {_x(r['aa'])} "
-                     f"| {_f((m.get('roofline') or {}).get('x_limit'), '.3g')}x |")
+                     f"| {_x(r['vs_fastest'])} | {_goal_cell(goal(m, limit))} | {_x(r['aa'])} "
+                     f"| {_f((m.get('roofline') or {}).get('x_limit'), '.3g')}x | {_f(m.get('adapt_s'), '.0f')} |")
+    ratios = [compare_ratios(m, limit) for m in ok if m.get("compare") and not m.get("compare_error")]
+    gm = lambda xs: _gmean(list(xs))  # noqa: E731
+    losses = [m["accuracy_loss"] for m in ok if m.get("accuracy_loss") is not None]
+    g = goal_summary(results["models"], limit)
+    lines.append(f"| geo-mean ({len(ok)} models) | | {_f(gm(m['default_ms'] for m in ok), '.3g')} "
+                 f"| {_f(gm(m['adapted_ms'] for m in ok), '.3g')} | {_x(h['speedup_gmean'])} "
+                 f"| max {_f(max(losses) if losses else None, '.1e')} | {h['adapted']} adapted "
+                 f"| {_x(gm(r['ort_static'] for r in ratios))} | {_x(gm(r['ort_dynamic'] for r in ratios))} "
+                 f"| {_x(gm(r['fastest'] for r in ratios))} | {_x(gm(r['vs_fastest'] for r in ratios))} "
+                 f"| {g['met']} of {g['total']} | {_x(gm(r['aa'] for r in ratios))} "
+                 f"| {_f(gm((m.get('roofline') or {}).get('x_limit') for m in ok), '.3g')}x "
+                 f"| {_f(gm(m.get('adapt_s') for m in results['models']), '.0f')} |")
     lines += ["", f"Geometric-mean speed-up {_x(h['speedup_gmean'])} (meta-infer, adapt's verify); in the suite's "
                   f"own interleaved comparison meta-infer {_x(h['meta_infer_gmean'])}, ORT static "
                   f"{_x(h['ort_static_gmean'])}, ORT dynamic {_x(h['ort_dynamic_gmean'])}, OpenVINO "
                   f"{_x(h['ov_default_gmean'])} (f32 {_x(h['ov_f32_gmean'])}, "
                   f"NNCF int8 {_x(h['ov_nncf_int8_gmean'])}), "
                   f"ORT default against itself (A/A noise floor) {_x(h['aa_gmean'])}; meta-infer against the fastest "
-                  f"peer within accuracy.max_loss {_x(h['vs_fastest_gmean'])}. ORT columns: speed-up vs ORT default, "
-                  "accuracy loss in brackets; fastest peer: its speed-up vs ORT default.", END]
+                  f"peer within accuracy.max_loss {_x(h['vs_fastest_gmean'])}. Source: zoo and PP-OCR from rapidocr "
+                  "on random inputs, corpus models on their real inputs. ORT columns: speed-up vs ORT default, "
+                  "accuracy loss in brackets; fastest peer: its speed-up vs ORT default; 3 % goal: meta-infer / "
+                  f"fastest peer >= {GOAL:g}; adapt s: adapt's wall time (geo-mean row: geometric means, the "
+                  "loss column its worst case).", END]
     return "\n".join(lines)
 
 

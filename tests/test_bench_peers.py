@@ -79,3 +79,18 @@ def test_compare_pools_the_two_ort_default_copies_and_loads_a_run_folder(mlp, tm
     p = c["meta_infer"]["path"]
     assert c["meta_infer"]["error"] is None, c["meta_infer"]
     assert p["loader"] in ("deploy.load_plan", "model.onnx") and p["graph"] == "fp32"   # deploy: when importable
+
+
+def test_compare_run_uses_the_run_folders_real_inputs_when_given(mlp, tmp_path):
+    import numpy as np
+
+    onnx.save(mlp, tmp_path / "default.onnx")
+    onnx.save(mlp, tmp_path / "model.onnx")
+    (tmp_path / "plan.json").write_text(json.dumps({"decision": "rolled_back"}))
+    feeds = [random_feeds(mlp, seed=10 + i) for i in range(3)]
+    npz = tmp_path / "inputs.npz"
+    np.savez(npz, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
+    c, n = ort_baselines.compare_run(tmp_path, npz, runs=2, warmup=1, labels=("ort_default",))
+    assert n == 3 and list(c) == ["ort_default", "meta_infer"] and c["meta_infer"]["error"] is None
+    _, n = ort_baselines.compare_run(tmp_path, None, runs=2, warmup=1, samples=2, labels=("ort_default",))
+    assert n == 2                                                    # random inputs, as adapt draws them

@@ -156,20 +156,22 @@ def test_report_names_runs_ratios_failures_and_sections():
     md = report.markdown(results())
     assert "**2.00x**" in md and "**1.00x**" in md                       # adapted vs default per row
     assert "`artifacts/bench/store/runs/x-resnet_tiny`" in md and "`run-resnet_tiny`" in md
-    assert "| ppocr_rec | failed: error: the run failed" in md
-    header = ("| model | ORT default ms | A/A | ORT quantize_static | ORT quantize_dynamic | OpenVINO default "
+    assert "| ppocr_rec | – | failed: error: the run failed" in md
+    header = ("| model | source | ORT default ms | A/A | ORT quantize_static | ORT quantize_dynamic | OpenVINO default "
               "| OpenVINO f32 | OpenVINO+NNCF int8 | meta-infer | meta-infer path | fastest peer within max_loss 0.01 "
-              "| meta-infer / fastest peer |")
-    assert header + "\n|---|---|---|---|---|---|---|---|---|---|---|---|\n" in md
-    assert ("| resnet_tiny | 0.4 | 1.02x | 0.32 ms, 1.25x, loss 4.0e-04 | 1.6 ms, 0.25x, loss 3.0e-04 "
+              "| meta-infer / fastest peer | 3 % goal (>= 0.97) |")
+    assert header + "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" in md
+    assert ("| resnet_tiny | – | 0.4 | 1.02x | 0.32 ms, 1.25x, loss 4.0e-04 | 1.6 ms, 0.25x, loss 3.0e-04 "
             "| 0.2 ms, 2.00x, loss 5.0e-02 | 0.25 ms, 1.60x, loss 1.0e-07 "
             "| failed: convert/compile: RuntimeError: Exception from src/core/src/node.cpp "
             "| 0.2 ms, 2.00x, loss 2.0e-04 | openvino bf16, fp32 graph via deploy.load_plan "
-            "| OpenVINO f32 (1.60x) | **1.25x** |") in md
-    assert "| mlp | 0.1 | 1.02x | 0.08 ms, 1.25x, loss 4.0e-04 |" in md
+            "| OpenVINO f32 (1.60x) | **1.25x** | yes |") in md
+    assert "| mlp | – | 0.1 | 1.02x | 0.08 ms, 1.25x, loss 4.0e-04 |" in md
     assert "| 0.09091 ms, 1.10x, loss 6.0e-04 | 0.1 ms, 1.00x, loss 2.0e-04 |" in md
-    assert ("| geo-mean (2 models) | | 1.02x | 1.25x | 0.25x | 2.00x | 1.60x | 1.10x | 1.41x | | 1.60x "
-            "| **0.88x** |") in md
+    assert "| **0.62x** | **below** |" in md                                    # mlp: under the 3 % goal
+    assert ("| geo-mean (2 models) | | 0.2 | 1.02x | 1.25x | 0.25x | 2.00x | 1.60x | 1.10x | 1.41x | | 1.60x "
+            "| **0.88x** | 1 of 3 |") in md
+    assert md.splitlines()[2].startswith("**1 of 3 models meet the 3 % goal**")
     assert "fastest peer within accuracy.max_loss 0.01 1.60x, meta-infer against it **0.88x**" in md
     assert "**50x**" in md and "80.0 GB/s inside the 2048 KiB" in md                                              # adapted / roofline
     assert "| 997 | 40.0 | 133 | 0.301 | 10.00x |" in md                 # search scaling vs smallest
@@ -181,10 +183,84 @@ def test_peers_table_keeps_failed_models_and_every_column():
     rows = [{"name": "a", "compare": _compare(1.0, 0.5)}, {"name": "b", "error": "ValueError: no model"},
             {"name": "c", "compare": {k: v for k, v in _compare(2.0, 1.0).items() if k != "meta_infer"}}]
     lines = report.peers_table(rows, 0.1)
-    assert len(lines) == 2 + 3 + 1 and all(ln.count("|") == 13 for ln in lines), lines
-    assert lines[3].startswith("| b | failed: ValueError: no model |")
-    assert "| – | – | OpenVINO default (2.00x) | **–** |" in lines[4]      # no plan: meta-infer columns empty
-    assert lines[-1].startswith("| geo-mean (2 models) |") and lines[-1].endswith("| | 2.00x | **1.00x** |")
+    assert len(lines) == 2 + 3 + 1 and all(ln.count("|") == 15 for ln in lines), lines
+    assert lines[3].startswith("| b | – | failed: ValueError: no model |") and lines[3].endswith("| **failed** |")
+    assert "| – | – | OpenVINO default (2.00x) | **–** | **failed** |" in lines[4]   # no plan: no meta-infer
+    assert lines[-1].startswith("| geo-mean (2 models) |") and lines[-1].endswith("| | 2.00x | **1.00x** | 1 of 3 |")
+
+
+TIMINGS = {"normalize_s": 0.3, "profile_s": 3.4, "train_s": 1.9, "search_s": 4.5, "verify_s": 4.2, "compile_s": 0.47,
+           "total_s": 15.2}
+
+
+def combined_results():
+    """The suite's rows over both sources: a zoo model, PP-OCR and another model from the corpus
+    (real inputs), one under the 3 % goal, one whose own plan is over max_loss, one whose adapt
+    timed out and one whose wheel could not be fetched."""
+    zoo = _model("resnet_tiny", 0.4, 0.2) | {"source": "zoo", "inputs": "random", "rc": 0, "adapt_s": 20.4,
+                                             "timings": TIMINGS, "execution_path": "onnxruntime f32"}
+    ocr = _model("ppocr_cls", 0.84, 0.5) | {"source": "corpus", "inputs": "data.inputs", "rc": 0, "adapt_s": 61.0,
+                                            "timings": TIMINGS, "execution_path": "openvino bf16"}
+    ocr["compare"]["meta_infer"]["latency_ms"] = (0.84 / 1.6) / 0.96             # 0.96x OpenVINO f32's speed
+    vad = _model("silero_vad", 0.1, 0.05) | {"source": "corpus", "inputs": "data.inputs", "rc": 0, "adapt_s": 30.0,
+                                            "timings": TIMINGS}
+    vad["compare"]["meta_infer"]["accuracy_loss"] = 0.5
+    slow = {"name": "ddddocr_det", "source": "corpus", "inputs": "data.inputs", "rc": "timeout", "adapt_s": 1800.0,
+            "error": "no result within 1800 s; last progress lines:\n[meta-infer] search: 40 states"}
+    gone = {"name": "magika_v3_3", "source": "corpus", "inputs": "random", "rc": "fetch", "adapt_s": 0.0,
+            "error": "corpus: not fetched: pip download magika==1.0.3 failed (exit 1): no network"}
+    return results() | {"models": [zoo, ocr, vad, slow, gone]}
+
+
+def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means():
+    r = combined_results()
+    lines = report.peers_table(r["models"], 0.01)
+    rows = {ln.split(" | ")[0].removeprefix("| "): ln for ln in lines[2:]}
+    assert list(rows) == ["resnet_tiny", "ppocr_cls", "silero_vad", "ddddocr_det", "magika_v3_3", "geo-mean (3 models)"]
+    assert all(ln.count("|") == 15 for ln in lines), lines
+    assert rows["resnet_tiny"].startswith("| resnet_tiny | zoo | 0.4 |") and rows["resnet_tiny"].endswith(
+        "| **1.25x** | yes |")
+    assert rows["ppocr_cls"].startswith("| ppocr_cls | corpus, real inputs | 0.84 |")
+    assert rows["ppocr_cls"].endswith("| OpenVINO f32 (1.60x) | **0.96x** | **below** |")       # under 0.97
+    assert rows["silero_vad"].endswith("| **1.25x** (over max loss) | **over max_loss** |")
+    assert rows["ddddocr_det"].startswith("| ddddocr_det | corpus, real inputs | failed (timed out): no result within")
+    assert rows["magika_v3_3"].startswith("| magika_v3_3 | corpus | failed (not fetched): corpus: not fetched")
+    assert all(rows[k].endswith("| **failed** |") for k in ("ddddocr_det", "magika_v3_3"))
+    # geo-means of every column over the three compared models
+    g = [c.strip() for c in rows["geo-mean (3 models)"].strip("|").split("|")]
+    assert g[2] == f"{(0.4 * 0.84 * 0.1) ** (1 / 3):.4g}" and g[3] == "1.02x" and g[4] == "1.25x"
+    assert g[-3] == "1.60x" and g[-2] == f"**{(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x**" and g[-1] == "1 of 5"
+    s = report.goal_summary(r["models"], 0.01)
+    assert s["met"] == 1 and s["total"] == 5 and [n for n, _ in s["below"]] == ["ppocr_cls"]
+    assert s["other"] == [("silero_vad", "over max_loss"), ("ddddocr_det", "failed"), ("magika_v3_3", "failed")]
+
+    md = report.markdown(r)
+    assert md.splitlines()[2] == ("**1 of 5 models meet the 3 % goal** (meta-infer / fastest peer within "
+                                  "accuracy.max_loss 0.01 >= 0.97); below: ppocr_cls 0.96x; silero_vad over max_loss, "
+                                  "ddddocr_det failed, magika_v3_3 failed.")
+    assert "\n".join(lines) in md                                         # the one peers table, every model
+    # per model: exit code, adapt wall time and each stage's seconds
+    assert ("| ppocr_cls | corpus, real inputs | 0 | 49 | 0.84 | 0.5 | **1.68x** | 2.00e-04 | adapted | int8 "
+            "| openvino bf16 | 61 | normalize 0.3, profile 3.4, train 1.9, search 4.5, verify 4.2, compile 0.5, "
+            "total 15.2 |") in md
+    adapt = report.adapt_table(r["models"])
+    assert len(adapt) == 2 + 5 and len({ln.count("|") for ln in adapt}) == 1 and "\n".join(adapt) in md
+    assert adapt[5].startswith("| ddddocr_det | corpus, real inputs | timeout |") and "| 1800 |" in adapt[5]
+    assert ("### ddddocr_det: failed (timed out)\n\n```\nno result within 1800 s; last progress lines:\n"
+            "[meta-infer] search: 40 states\n```") in md
+    assert "### magika_v3_3: failed (not fetched)" in md
+    assert report.headline(r)["goal_met"] == 1 and report.headline(r)["goal_models"] == 5
+
+    block = report.readme_block(r, "artifacts/bench/report.md").splitlines()
+    table = [ln for ln in block if ln.startswith("|")]
+    assert len(table) == 2 + 5 + 1 and len({ln.count("|") for ln in table}) == 1, table
+    assert "**1 of 5 models meet the 3 % goal**" in block[1]
+    assert table[3].startswith("| ppocr_cls | corpus, real inputs | 0.84 | 0.5 | 1.68x |")
+    assert "| 0.96x | **below** |" in table[3]
+    assert table[5] == "| ddddocr_det | corpus, real inputs | failed (timed out) ||||||||| failed || | 1800 |"
+    assert table[-1].startswith(f"| geo-mean (3 models) | | {(0.4 * 0.84 * 0.1) ** (1 / 3):.3g} |")
+    assert f"| {(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x | 1 of 5 |" in table[-1]
+    assert "| max 2.0e-04 | 3 adapted |" in table[-1]
 
 
 def test_readme_block_is_replaced_in_place_and_idempotent():
@@ -192,9 +268,9 @@ def test_readme_block_is_replaced_in_place_and_idempotent():
     block = report.readme_block(results(), "artifacts/bench/report.md")
     once = report.replace_block(text, block)
     assert "old table" not in once and once.startswith("# T\n\nbefore\n\n") and once.endswith("\n\nafter\n")
-    assert "| resnet_tiny | 0.4 | 0.2 | 2.00x |" in once and "2026-11-29 20:00 UTC" in once and "Test CPU" in once
-    assert "| 1.25x (4e-04) | 0.25x (3e-04) | OpenVINO f32 1.60x | 1.25x | 1.02x | 50x |" in once
-    assert "| ppocr_rec | failed |||||||||||" in once
+    assert "| resnet_tiny | – | 0.4 | 0.2 | 2.00x |" in once and "2026-11-29 20:00 UTC" in once and "Test CPU" in once
+    assert "| 1.25x (4e-04) | 0.25x (3e-04) | OpenVINO f32 1.60x | 1.25x | yes | 1.02x | 50x | – |" in once
+    assert "| ppocr_rec | – | failed ||||||||| failed || | – |" in once
     assert report.replace_block(once, block) == once
     for broken in ("no markers", f"{report.END} {report.BEGIN}", f"{report.BEGIN}{report.END}{report.BEGIN}{report.END}"):
         with pytest.raises(ValueError, match="exactly one"):

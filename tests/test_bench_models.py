@@ -1,0 +1,51 @@
+"""bench/modelset.py without running an adapt to its end: the model list the suite and
+bench/corpus.py share (every key once, PP-OCR from the corpus), a corpus model that cannot be
+fetched is a failed row, and an adapt past its timeout is ended and reported as timed out."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import adapt_cpu  # noqa: E402
+import modelset  # noqa: E402
+
+
+def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
+    known = modelset.known()
+    corpus = [m.key for m in modelset.bench_corpus.corpus.CORPUS]
+    assert list(known) == [*adapt_cpu.ZOO, *corpus]                     # zoo first, then the corpus
+    assert {k: known[k] for k in adapt_cpu.PPOCR} == {k: "corpus" for k in adapt_cpu.PPOCR}
+    assert "silero_vad" in known and "ppocr_cls" in known
+    without = modelset.known(with_corpus=False)
+    assert "silero_vad" not in without and all(without[k] == "ppocr" for k in adapt_cpu.PPOCR if k in without)
+    zoo = modelset.entries(["mlp", "resnet_tiny", "mlp"])
+    assert [(e.key, e.source, e.args, e.inputs) for e in zoo] == [
+        ("mlp", "zoo", ["model=mlp"], "random"), ("resnet_tiny", "zoo", ["model=resnet_tiny"], "random")]
+
+
+def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
+    corpus = modelset.bench_corpus.corpus
+
+    def offline(model):
+        raise corpus.CorpusUnavailable(f"pip download {model.pin} failed (exit 1): no network")
+
+    monkeypatch.setattr(corpus, "fetch", offline)
+    e, = modelset.entries(["magika_v3_3"])
+    assert e.source == "corpus" and e.error.startswith("corpus: not fetched: pip download magika==1.0.3 failed")
+    row = modelset.bench_model(e, [], peers=True)      # no adapt is started for it
+    assert row == {"name": "magika_v3_3", "source": "corpus", "inputs": "random", "rc": "fetch", "adapt_s": 0.0,
+                   "error": e.error}
+
+
+def test_an_adapt_past_its_timeout_is_ended_and_reported(tmp_path):
+    t0 = time.perf_counter()
+    r = adapt_cpu.adapt(["model=mlp", f"paths.artifacts={tmp_path}"], timeout=1.0)
+    assert time.perf_counter() - t0 < 8
+    assert r["rc"] == "timeout" and r["plan"] is None and r["error"].startswith("no result within 1 s")
+    row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]), [f"paths.artifacts={tmp_path}"],
+                               timeout=1.0)
+    assert row["rc"] == "timeout" and row["error"].startswith("no result within 1 s") and "compare" not in row
