@@ -40,22 +40,46 @@ def test_elapsed_counts_wall_time():
 
 @pytest.mark.slow
 def test_adapt_within_a_small_budget_leaves_profiling_for_the_next_run(run_flow, tmp_path):
-    """resnet_tiny's profile alone takes longer than a 6 s budget's share: the profile stops at
+    """resnet_tiny's profile alone takes longer than a 4 s budget's share: the profile stops at
     its allowance, the search and verify fit in theirs, plan.json says what was spent, and the
     next run goes on measuring where the first stopped."""
-    args = ("model=resnet_tiny", "budget.total_s=6", "profile.batch_gradient=[1,2,4]", f"paths.artifacts={tmp_path}")
+    args = ("model=resnet_tiny", "budget.total_s=4", "profile.batch_gradient=[1,2,4]", f"paths.artifacts={tmp_path}")
     first = run_flow("adapt", *args)
     assert first.returncode == 0, first.stderr[-3000:]
     plan = first.plan
     budget = plan["budget"]
-    assert budget["total_s"] == 6 and set(budget["spent_s"]) >= {"normalize", "profile", "train", "search", "verify"}
+    assert budget["total_s"] == 4 and set(budget["spent_s"]) >= {"normalize", "profile", "train", "search", "verify"}
     assert plan["profile"]["left"] > 0, plan["profile"]
-    assert budget["spent_s"]["profile"] <= budget["allowed_s"]["profile"] + 1.0
+    assert budget["spent_s"]["profile"] <= budget["allowed_s"]["profile"] + 2.0
     assert budget["spent_s"]["search"] <= budget["allowed_s"]["search"] + 1.5
-    # normalize and training cannot be cut short; every bounded stage kept to its share
-    assert plan["timings"]["total_s"] < 6 + plan["timings"]["normalize_s"] + plan["timings"]["train_s"] + 3
+    # a stage past its share (verify's compiles and memory probes are not cut short) is said in plan.json
+    for stage in budget["overruns"]:
+        assert any(w.startswith(f"budget: {stage} took") for w in plan["warnings"]), (stage, plan["warnings"])
     assert "measurements left for the next run" in first.stderr
     second = run_flow("adapt", *args)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.plan["profile"]["reused"] >= plan["profile"]["measured"]
     assert second.plan["profile"]["measured"] > 0        # it measured some of what the first run left
+
+
+def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
+    """With a time budget that ends early, the beam has already scored the execution paths and
+    the low-precision plans the target offers: they come first in each state's expansions."""
+    from metainfer_core import stages
+    from metainfer_core.actions import ACTIONS, ActionContext
+    from metainfer_core.normalize import normalize
+    from metainfer_core.search import Candidate
+    from metainfer_core.search.beam import SearchResult, expansions, in_budget_order
+    from metainfer_core.zoo import build
+
+    s = settings_for("target=cpu")
+    model = normalize(build("resnet_tiny"), None).model
+    ctx = ActionContext(target=stages.make_backend(s).info, calibration_feeds=[])
+    state = Candidate(model)
+    space = {name: dict(d) for name, d in s.action_space.actions.items()}
+    todo = in_budget_order(expansions(state, space, ctx, SearchResult(state, [])))
+    order = [a for a, _, _ in todo]
+    kinds = ["directive" if a.keeps_graph(a.with_defaults(p)) else "lossy" if a.lossy else "rewrite" for a, p, _ in todo]
+    assert {"directive", "lossy", "rewrite"} <= set(kinds) and "binding" in {a.name for a in order}
+    assert kinds == sorted(kinds, key=["directive", "lossy", "rewrite"].index)
+    assert {a.name for a in order if a.lossy} >= {n for n in ("int8", "fp16") if n in space and ACTIONS[n].lossy}

@@ -115,7 +115,8 @@ def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.Mod
     """Measure every kernel of `models` (only those whose op is in `op_filter`, when given):
     first each kernel at the first batch of the gradient, in the order of `models` (the
     default graph's kernels, then the variants'), then the other batches. Past `deadline_s`
-    seconds the rest is left (report.left), to be measured by a later run."""
+    seconds the rest is left (report.left), to be measured by a later run; the first graph's
+    kernels at the first batch are always measured (the predictor needs them)."""
     info = backend.info
     version = library.register_version(info)
     report = ProfileReport(version)
@@ -123,10 +124,11 @@ def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.Mod
     known = library.known_keys(version)
     kernels = distinct_kernels(models, op_filter)
     todo = [(m, k, infos, scale) for scale in batch_gradient for m, k, infos in kernels]
+    needed = sum(1 for m, _, _ in kernels if m is models[0]) if models else 0
     batch: list[Measurement] = []
     kernel_files: dict[str, onnx.ModelProto] = {}
     for done, (m, k, infos, scale) in enumerate(todo, 1):
-        if deadline_s is not None and time.perf_counter() - t0 > deadline_s:
+        if deadline_s is not None and done > needed and time.perf_counter() - t0 > deadline_s:
             report.left = len(todo) - done + 1
             break
         _measure_one(backend, m, k, infos, scale, reps, warmup, known, report, batch, kernel_files)

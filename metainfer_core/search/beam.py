@@ -89,10 +89,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
         for state in beam:
             t_exp = time.perf_counter()
-            # plan-wide directives (an execution path, a memory policy) cost no rewrite: scored first, so a
-            # time budget spent on expensive rewrites of a large graph still sees them
-            todo = sorted(expansions(state, space, ctx, result),
-                          key=lambda e: not e[0].keeps_graph(e[0].with_defaults(e[1])))
+            todo = in_budget_order(expansions(state, space, ctx, result))
             clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
                 if time.perf_counter() - t0 > time_budget_s:
@@ -158,6 +155,13 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         result.timings["sensitivity_probes"] = evaluator.sensitivity.probes
     result.timings["apply_by_action_s"] = {k: round(v, 3) for k, v in sorted(per_action.items(), key=lambda kv: -kv[1])}
     return result
+
+
+def in_budget_order(todo) -> list:
+    """Plan-wide directives (an execution path, a memory policy) cost no rewrite: scored first,
+    then the low-precision rewrites, then the rest, so a time budget spent on expensive rewrites
+    of a large graph still sees the other paths and precisions the target offers."""
+    return sorted(todo, key=lambda e: (not e[0].keeps_graph(e[0].with_defaults(e[1])), not e[0].lossy))
 
 
 def kind_of(c: Candidate) -> tuple:
