@@ -249,6 +249,17 @@ def builders(default: onnx.ModelProto, feeds: list[Feeds], labels=PEERS) -> dict
     return {k: table[k] for k in labels}
 
 
+MIN_TIMED_S = 1.5      # fast models get more rounds: a 0.1 ms model's 30 rounds are within its noise
+
+
+def more_rounds(live: list, feed: Feeds, rounds: int, settle: int, min_timed_s: float = MIN_TIMED_S) -> int:
+    """`rounds`, or more (up to 20x) where that many would time less than `min_timed_s` in all."""
+    per_round_s = float(np.nansum([g.time_once(feed) for _, g in live])) * (1 + settle) / 1e3
+    if per_round_s <= 0:
+        return rounds
+    return int(max(rounds, min(20 * rounds, min_timed_s / per_round_s)))
+
+
 class _Guarded:
     """A peer inside the timing loop: the first exception is kept and the peer drops out
     (time_once returns NaN at once) instead of stopping the others."""
@@ -266,9 +277,10 @@ class _Guarded:
 
 
 def measure(build: dict[str, Callable[[], Peer]], feeds: list[Feeds], reference: list[list[np.ndarray]],
-            rounds: int, warmup: int = 3, settle: int = SETTLE) -> dict[str, dict]:
+            rounds: int, warmup: int = 3, settle: int = SETTLE, min_timed_s: float = MIN_TIMED_S) -> dict[str, dict]:
     """Build every peer (a failure is that peer's result), score it with plan_loss on all feeds,
-    warm it up, then time all of them interleaved on feeds[0]. Returns {label: {label, latency_ms,
+    warm it up, then time all of them interleaved on feeds[0], in `rounds` rounds or more where
+    those would time under `min_timed_s` in all (more_rounds). Returns {label: {label, latency_ms,
     p90_ms, samples_ms, accuracy_loss, compile_s, path, error}}; error None or '<stage>: <reason>'."""
     out: dict[str, dict] = {}
     live: list[tuple[str, _Guarded]] = []
@@ -288,7 +300,8 @@ def measure(build: dict[str, Callable[[], Peer]], feeds: list[Feeds], reference:
             live.append((label, _Guarded(peer)))
         except Exception as exc:  # noqa: BLE001 - a peer that does not run is a result, not a crash
             row["error"] = f"{stage}: {short(exc)}"
-    samples = interleaved([g for _, g in live], [feeds[0]] * len(live), rounds, settle)
+    samples = interleaved([g for _, g in live], [feeds[0]] * len(live), more_rounds(live, feeds[0], rounds, settle,
+                                                                               min_timed_s), settle)
     for (label, g), xs in zip(live, samples):
         row = out[label]
         if g.error:

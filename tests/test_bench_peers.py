@@ -35,7 +35,7 @@ def _done(row: dict) -> bool:
 def test_every_peer_is_timed_or_says_why(mlp):
     feeds = [random_feeds(mlp, seed=i) for i in range(2)]
     build = peers.builders(mlp, feeds) | {"meta_infer": lambda: peers.PlanPeer(plan=mlp)}
-    out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1)
+    out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1, min_timed_s=0)
     assert list(out) == [*peers.PEERS, "meta_infer"]
     assert all(_done(r) for r in out.values()), out
     for label in ("ort_default", "ov_f32", "meta_infer"):          # fp32 paths: these must run
@@ -63,7 +63,7 @@ def test_a_failing_peer_is_a_result_not_a_crash(mlp):
         raise ValueError("unsupported operator Foo")
 
     build = {"ort_default": lambda: peers.OrtPeer(mlp), "refuses": refuses, "flaky": lambda: Flaky(mlp)}
-    out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1, settle=0)
+    out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1, settle=0, min_timed_s=0)
     assert out["refuses"]["error"] == "convert/compile: ValueError: unsupported operator Foo"
     assert out["flaky"]["error"] == "timing: RuntimeError: device lost" and out["flaky"]["latency_ms"] is None
     assert out["ort_default"]["error"] is None and len(out["ort_default"]["samples_ms"]) == 3
@@ -94,3 +94,11 @@ def test_compare_run_uses_the_run_folders_real_inputs_when_given(mlp, tmp_path):
     assert n == 3 and list(c) == ["ort_default", "meta_infer"] and c["meta_infer"]["error"] is None
     _, n = ort_baselines.compare_run(tmp_path, None, runs=2, warmup=1, samples=2, labels=("ort_default",))
     assert n == 2                                                    # random inputs, as adapt draws them
+
+
+def test_a_fast_model_gets_more_rounds(mlp):
+    """mlp runs in ~0.1 ms: 3 rounds would time well under the 0.2 s asked, so it gets more (up to 20x)."""
+    feeds = [random_feeds(mlp, seed=0)]
+    out = peers.measure({"ort_default": lambda: peers.OrtPeer(mlp)}, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1,
+                        min_timed_s=0.2)
+    assert 3 < len(out["ort_default"]["samples_ms"]) <= 60
