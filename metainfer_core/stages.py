@@ -384,18 +384,18 @@ MIN_VERIFY_RUNS = 7     # the median and p90 of fewer timed runs say little
 
 
 def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, n_feeds: int,
-                allowance_s: float | None) -> int:
-    """verify.runs, fewer where timing that many rounds of every plan (each timed run after its
-    settle runs; the default twice: verify's late twin), after each plan's accuracy runs on the
-    validation inputs and its warm-up, would overrun the verify allowance (predicted latencies)."""
-    if allowance_s is None:
-        return s.verify.runs
+                allowance_s: float | None) -> tuple[int, float]:
+    """(timed rounds, predicted seconds): verify.runs, fewer where timing that many rounds of
+    every plan (each timed run after its settle runs; the default twice: verify's late twin),
+    after each plan's accuracy runs on the validation inputs and its warm-up, would overrun the
+    verify allowance (predicted latencies)."""
     ms = [c.latency_ms for c in [default, default, *plans] if c is not None and c.latency_ms == c.latency_ms]
     per_round_s = sum(ms) * (1 + SETTLE) / 1e3
     fixed_s = sum(ms) * (s.verify.warmup + n_feeds) / 1e3
-    if per_round_s <= 0:
-        return s.verify.runs
-    return int(max(MIN_VERIFY_RUNS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
+    runs = s.verify.runs
+    if allowance_s is not None and per_round_s > 0:
+        runs = int(max(MIN_VERIFY_RUNS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
+    return runs, fixed_s + runs * per_round_s
 
 
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
@@ -408,9 +408,9 @@ def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: Sea
                             progress)
     models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(plans)]
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
-    runs = verify_runs(s, plans, outcome.default, len(prepared.feeds), left)
+    runs, expected_s = verify_runs(s, plans, outcome.default, len(prepared.feeds), left)
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
-             f"{runs} interleaved runs each"
+             f"{runs} interleaved runs each, ~{eta(expected_s)} plus compiles"
              + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
                 else ""))
     results = measure(backend, models, prepared.feeds, prepared.reference, runs, s.verify.warmup,
