@@ -155,6 +155,12 @@ class DataSettings(_Strict):
     def _exists(cls, path: str | None) -> str | None:
         if path is not None and not Path(path).is_file():
             raise ValueError(f"data.inputs={path} does not exist; give an .npz with one array per model input")
+        if path is not None:    # before a run starts: its file type, dtypes, values and sample count
+            from metainfer_core.normalize.inputs import samples_problem
+
+            problem = samples_problem(path)
+            if problem:
+                raise MetaInferError(problem)
         return path
 
 

@@ -1,11 +1,14 @@
 """Point Prefect and MLflow at the configured stores (embedded files, or a fleet's servers)
-before they are used: Prefect reads PREFECT_HOME at import time, and MLflow falls back to
-./mlruns unless told otherwise."""
+before they are used: Prefect reads PREFECT_HOME (its database, profiles, result storage) at
+import time, so the flows call quiet_prefect() first, which composes the command line's settings
+to find it (tracking.prefect_home, under paths.artifacts, relative paths against the directory
+the user ran from); MLflow falls back to ./mlruns unless told otherwise."""
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import warnings
 from pathlib import Path
 
 from metainfer_core.settings import Settings
@@ -17,35 +20,73 @@ QUIET = {
     "PREFECT_LOGGING_TO_API_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "GIT_PYTHON_REFRESH": "quiet",
+    "MLFLOW_DISABLE_TELEMETRY": "true",     # else it writes ~/.config/mlflow/telemetry.json and sends usage events
 }
 
 
-def quiet_prefect() -> None:
-    """Call before importing prefect: it configures logging at import time."""
+FLOWS_DIR = Path(__file__).resolve().parent.parent / "flows"
+
+
+def quiet_prefect(argv: list[str] | None = None) -> None:
+    """Call before importing prefect: it configures logging and freezes its settings (home,
+    database URL, result storage) at import time, creating the home folder. The home is
+    tracking.prefect_home of the settings composed from `argv` (default: the command line when a
+    flow runs as a script; a Prefect worker importing a flow keeps its own PREFECT_HOME). When the
+    command line does not compose, run_cli refuses it before Prefect is used: the home is then
+    paths.artifacts/prefect as given, and nothing is created where its parent is missing."""
     for key, value in QUIET.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("PREFECT_HOME", os.path.abspath(os.path.join("artifacts", "prefect")))
+    warnings.filterwarnings("ignore", message="Failed to create the Prefect home directory")
+    if argv is None:
+        script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+        if script is None or script.parent != FLOWS_DIR:
+            os.environ.setdefault("PREFECT_HOME", os.path.abspath(os.path.join("artifacts", "prefect")))
+            return
+        argv = sys.argv[1:]
+    os.environ["PREFECT_HOME"] = _prefect_home(argv)
+
+
+def _prefect_home(argv: list[str]) -> str:
+    from metainfer_core.errors import MetaInferError
+    from tasks.compose import compose_raw
+
+    overrides = [a for a in argv if not a.startswith("--")]     # flags such as --serve are no overrides
+    try:
+        return os.path.abspath(compose_raw(overrides)["tracking"]["prefect_home"])
+    except (MetaInferError, KeyError, TypeError):
+        given = [a.partition("=")[2] for a in overrides if a.partition("=")[0].lstrip("+") == "paths.artifacts"]
+        return os.path.join(os.path.abspath(given[-1] if given else "artifacts"), "prefect")
 
 
 def configure(s: Settings) -> None:
     Path(s.tracking.prefect_home).mkdir(parents=True, exist_ok=True)
-    quiet_prefect()
-    os.environ["PREFECT_HOME"] = s.tracking.prefect_home       # per run: tests isolate by artifacts folder
+    for key, value in QUIET.items():
+        os.environ.setdefault(key, value)
+    os.environ["PREFECT_HOME"] = s.tracking.prefect_home       # for the processes it starts (the temporary server)
     os.environ["MLFLOW_TRACKING_URI"] = s.tracking.mlflow_uri
     if s.deploy.prefect_api_url:
-        use_prefect_api(s.deploy.prefect_api_url)
+        os.environ["PREFECT_API_URL"] = s.deploy.prefect_api_url
+    _update_prefect(s.tracking.prefect_home, s.deploy.prefect_api_url)
 
 
-_API = contextlib.ExitStack()
+_SETTINGS = contextlib.ExitStack()
 
 
-def use_prefect_api(url: str) -> None:
-    """Talk to the Prefect server at `url` from now on, in this process and in the processes it
-    starts. The environment variable alone would reach only children: Prefect froze its
-    settings when it was imported, so this process also enters a settings context."""
-    os.environ["PREFECT_API_URL"] = url
-    if "prefect" in sys.modules:
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+def _update_prefect(home: str, api_url: str | None) -> None:
+    """Prefect froze its settings when it was imported (home, and from it the database URL and
+    storage paths; the API URL): the environment alone would reach only the processes it starts,
+    so this process also enters a settings context with the values that differ (a home other
+    than quiet_prefect's, e.g. a second run's settings in one process; a fleet's server)."""
+    if "prefect" not in sys.modules:
+        return
+    from prefect.settings import PREFECT_API_URL, PREFECT_HOME, get_current_settings, temporary_settings
 
-        _API.close()
-        _API.enter_context(temporary_settings(updates={PREFECT_API_URL: url}))
+    _SETTINGS.close()
+    current = get_current_settings()
+    updates = {}
+    if Path(current.home).resolve() != Path(home).resolve():
+        updates[PREFECT_HOME] = home
+    if api_url:
+        updates[PREFECT_API_URL] = api_url
+    if updates:
+        _SETTINGS.enter_context(temporary_settings(updates=updates))

@@ -2,6 +2,7 @@
 the tags fingerprint_version / firmware / measurement, and the plan and model as artifacts."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,23 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = v
     return out
+
+
+# scheme://user:PASSWORD@host: the password of a database or server URL (a fleet's PostgreSQL)
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)[^@\s/]+(?=@)")
+_SECRET_KEY = re.compile(r"(password|passwd|secret|token|api_key)$", re.IGNORECASE)
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with every password in a URL replaced by ***."""
+    return _URL_PASSWORD.sub(r"\g<head>***", text)
+
+
+def _params(flat: dict[str, Any]) -> list[Param]:
+    """MLflow params of flattened settings: values cut to MLflow's limit, secrets masked (a URL's
+    password, the value of a key named like a password or token)."""
+    return [Param(k, "***" if _SECRET_KEY.search(k.rsplit(".", 1)[-1]) and v else mask_secrets(str(v))[:6000])
+            for k, v in flat.items()]
 
 
 def _client(s: Settings) -> MlflowClient:
@@ -53,8 +71,8 @@ def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     exp_id = _experiment_id(client, s, name)
     run = client.create_run(exp_id, run_name=run_name, tags={"model": model_name, "target": s.target.name,
                                                              "measurement": s.target.measurement})
-    params = [Param(k, str(v)[:6000]) for k, v in _flatten(raw).items() if not k.startswith("target.spec.")]
-    params += [Param(f"target.spec.{k}", str(v)[:6000]) for k, v in s.target.spec.items()]
+    params = _params({k: v for k, v in _flatten(raw).items() if not k.startswith("target.spec.")})
+    params += _params({f"target.spec.{k}": v for k, v in s.target.spec.items()})
     for i in range(0, len(params), 100):
         client.log_batch(run.info.run_id, params=params[i:i + 100])
     return run.info.run_id
@@ -90,7 +108,7 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
 
 def fail_run(s: Settings, run_id: str, message: str) -> None:
     client = _client(s)
-    client.set_tag(run_id, "error", message[:5000])
+    client.set_tag(run_id, "error", mask_secrets(message)[:5000])
     client.set_terminated(run_id, "FAILED")
 
 
@@ -148,8 +166,9 @@ def record_report(s: Settings, kind: str, run_name: str, raw: dict, metrics: dic
     client = _client(s)
     name = f"{s.tracking.experiment}/{kind}@{s.target.name}"
     exp_id = _experiment_id(client, s, name)
-    run = client.create_run(exp_id, run_name=run_name, tags={"target": s.target.name, **tags})
-    params = [Param(k, str(v)[:6000]) for k, v in _flatten({"target": raw["target"], "profile": raw["profile"]}).items()]
+    run = client.create_run(exp_id, run_name=run_name,
+                            tags={"target": s.target.name, **{k: mask_secrets(str(v)) for k, v in tags.items()}})
+    params = _params(_flatten({"target": raw["target"], "profile": raw["profile"]}))
     client.log_batch(run.info.run_id, params=params[:100],
                      metrics=[Metric(k, float(v), 0, 0) for k, v in metrics.items()])
     for f in files:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -66,3 +67,48 @@ def test_unusable_model_fails_with_one_paragraph_and_writes_nothing(run_flow, tm
         assert fragment in errors[0], (fragment, errors[0])
     assert "Traceback" not in res.stderr and "plan:" not in res.stdout
     assert not any((artifacts / "runs").glob("*"))
+
+
+def _samples(path: Path, arr) -> Path:
+    if path.suffix == ".npy":
+        np.save(path, arr)
+    else:
+        np.savez(path, input=arr)
+    return path
+
+
+def _with(value, at):
+    arr = np.random.default_rng(0).standard_normal((3, 1, 256)).astype(np.float32)
+    arr[at] = value
+    return arr
+
+
+# validation data the mlp (input 'input' [batch, 256], bound to [1, 256]) cannot use (issue 17):
+# case -> (file name, array, fragments the error must contain)
+BAD_INPUTS = {
+    "npy": ("samples.npy", np.zeros((3, 1, 256), np.float32), ["samples.npy", "an .npy file", "numpy.savez"]),
+    "nan": ("nan.npz", _with(np.nan, (1, 0, 5)), ["nan.npz", "'input'", "1 NaN", "sample 1", "replace or drop"]),
+    "inf": ("inf.npz", _with(np.inf, (2, 0, 0)), ["inf.npz", "'input'", "1 Inf", "sample 2"]),
+    "complex": ("complex.npz", np.ones((3, 1, 256), np.complex64), ["complex.npz", "'input'", "complex64",
+                                                                     "imaginary part"]),
+    "no_sample": ("empty.npz", np.zeros((0, 1, 256), np.float32), ["empty.npz", "'input'", "no sample",
+                                                                    "[0, 1, 256]"]),
+    "zero_size_dim": ("zerodim.npz", np.zeros((3, 0, 256), np.float32), ["zerodim.npz", "'input'", "[3, 0, 256]",
+                                                                          "size 0"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_validation_data_is_refused_before_work_starts(run_flow, tmp_path, case):
+    name, arr, fragments = BAD_INPUTS[case]
+    path = _samples(tmp_path / name, arr)
+    artifacts = tmp_path / "artifacts"
+    res = run_flow("adapt", "model=mlp", "search=quick", f"data.inputs={path}", f"paths.artifacts={artifacts}")
+    assert res.returncode == 2, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], (fragment, errors[0])
+    assert "data.inputs" in errors[0] and "Traceback" not in res.stderr and "plan:" not in res.stdout
+    assert not artifacts.exists(), list(artifacts.rglob("*"))     # no run folder, no MLflow run, no store

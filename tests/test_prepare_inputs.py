@@ -66,3 +66,26 @@ def test_samples_missing_an_input_are_refused_before_normalize(settings_for, tmp
     s = settings_for("model=file", f"model.path={model}", f"data.inputs={npz}", "target=gpu")
     with pytest.raises(MetaInferError, match=r"no array for model input\(s\) \['shape'\]"):
         stages.prepare(s, False, progress=lambda m: None)
+
+
+@pytest.mark.parametrize("name, arr, fragment", [
+    ("s.npy", np.zeros((2, 1, 6), np.int64), "is an .npy file"),
+    ("nan.npz", np.array([[[0.0, np.nan]]], np.float32), "1 NaN and 0 Inf"),
+    ("inf.npz", np.array([[[0.0, 1.0]], [[-np.inf, 1.0]]]), "0 NaN and 1 Inf value(s) in 1 sample(s), the first at sample 1"),
+    ("complex.npz", np.ones((2, 1, 6), np.complex128), "is complex (complex128"),
+    ("text.npz", np.array([["a", "b"]]), "not numbers"),
+    ("empty.npz", np.zeros((0, 1, 6), np.int64), "holds no sample (shape [0, 1, 6]"),
+    ("zerodim.npz", np.zeros((2, 0, 6), np.int64), "has shape [2, 0, 6]: each sample is of size 0"),
+])
+def test_unusable_samples_are_refused_by_the_settings_before_a_run(settings_for, tmp_path, name, arr, fragment):
+    """data.inputs is checked when the settings are validated (no run, no MLflow entry yet), and
+    again wherever the samples are loaded."""
+    from metainfer_core.normalize.inputs import load_samples
+
+    path = tmp_path / name
+    np.save(path, arr) if name.endswith(".npy") else np.savez(path, ids=arr)
+    with pytest.raises(MetaInferError) as exc:
+        settings_for("model=mlp", f"data.inputs={path}")
+    assert str(exc.value).startswith(f"data.inputs={path}") and fragment in str(exc.value), str(exc.value)
+    with pytest.raises(MetaInferError, match="data.inputs="):
+        load_samples(str(path))

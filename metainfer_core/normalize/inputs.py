@@ -3,6 +3,8 @@ input's name, first axis the samples), checked against the model's inputs, so ev
 runs the model, normalize included, runs it on real values."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 
@@ -14,13 +16,84 @@ Feeds = dict[str, np.ndarray]
 
 
 def load_samples(path: str) -> dict[str, np.ndarray]:
-    """The .npz's arrays by name."""
+    """The .npz's arrays by name, refused (MetaInferError) when they cannot serve as samples."""
+    samples, problem = _read(path)
+    if problem:
+        raise MetaInferError(problem)
+    return samples
+
+
+def samples_problem(path: str) -> str | None:
+    """Why data.inputs=`path` cannot serve as validation and calibration samples, or None: not
+    an .npz (an .npy holds one unnamed array), no array, an array of no real numbers (complex:
+    its imaginary part would be dropped; strings, objects), NaN or Inf values, no sample, or a
+    sample of size 0. Checked by the settings (before a run starts) with what the model needs
+    (names, dtypes, shapes) left to sample_feeds; remembered per file version."""
+    p = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: np.asarray(data[k]) for k in data.files}
+        st = p.stat()
+        key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    if key is not None and key in _CHECKED:
+        return _CHECKED[key]
+    problem = _read(path)[1]
+    if key is not None:
+        _CHECKED[key] = problem
+    return problem
+
+
+_CHECKED: dict[tuple[str, int, int], str | None] = {}
+_SAVE = "numpy.savez(path, <input name>=<array of samples>, ...)"
+
+
+def _read(path: str) -> tuple[dict[str, np.ndarray], str | None]:
+    try:
+        loaded = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - a zip/pickle/format error: say which file and what it must be
-        raise MetaInferError(f"data.inputs={path} cannot be read as an .npz ({exc}); save it with "
-                             "numpy.savez(path, <input name>=<array of samples>, ...).") from None
+        return {}, f"data.inputs={path} cannot be read as an .npz ({exc}); save it with {_SAVE}."
+    if isinstance(loaded, np.ndarray):
+        return {}, (f"data.inputs={path} is an .npy file (one unnamed array of shape {list(loaded.shape)}), not an "
+                    f".npz with one array per model input keyed by the input's name; save the samples with {_SAVE} "
+                    "and pass that .npz.")
+    try:
+        with loaded as data:
+            samples = {k: np.asarray(data[k]) for k in data.files}
+    except Exception as exc:  # noqa: BLE001 - a member that does not load (object arrays need pickle)
+        return {}, f"data.inputs={path} cannot be read as an .npz ({exc}); save it with {_SAVE} (numeric arrays)."
+    if not samples:
+        return samples, f"data.inputs={path} holds no array; save one array per model input with {_SAVE}."
+    for k, arr in samples.items():
+        problem = _array_problem(arr)
+        if problem:
+            return samples, f"data.inputs={path}: array {k!r} {problem}."
+    return samples, None
+
+
+def _array_problem(arr: np.ndarray) -> str | None:
+    shape = list(arr.shape)
+    if arr.dtype.kind == "c":
+        return (f"is complex ({arr.dtype}, shape {shape}); model inputs are real and its imaginary part would be "
+                "dropped: save real arrays (e.g. the real and imaginary parts as the model takes them, or "
+                "numpy.real(a) if the imaginary part is meant to be zero)")
+    if arr.dtype.kind not in "biuf":
+        return f"has dtype {arr.dtype}, not numbers; save numeric arrays (float, integer or bool) of samples"
+    if arr.ndim >= 1 and shape[0] == 0:
+        return (f"holds no sample (shape {shape}: its first axis, the sample index, is empty); give at least one "
+                "sample per model input")
+    if arr.ndim >= 2 and arr.size == 0:
+        return (f"has shape {shape}: each sample is of size 0 (a dim is 0), which no model can run on; give "
+                "samples whose every dim is at least 1")
+    if arr.dtype.kind == "f":
+        nan, inf = np.isnan(arr), np.isinf(arr)
+        if nan.any() or inf.any():
+            bad = nan | inf
+            first = int(np.argwhere(bad)[0][0]) if arr.ndim >= 1 else 0
+            samples = int(bad.reshape(len(arr), -1).any(axis=1).sum()) if arr.ndim >= 1 else 1
+            return (f"holds {int(nan.sum())} NaN and {int(inf.sum())} Inf value(s) in {samples} sample(s), the first "
+                    f"at sample {first}; accuracy against the fp32 reference cannot be measured on them: replace or "
+                    "drop those samples")
+    return None
 
 
 def sample_shapes(model: onnx.ModelProto, samples: dict[str, np.ndarray],
