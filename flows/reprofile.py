@@ -1,8 +1,10 @@
 """Re-profile a target:  python flows/reprofile.py target=<name>
 Nightly schedule:       python flows/reprofile.py --serve   (one deployment per reprofile.targets)
 
-Records the target's versions, runs the quick drift check against the fingerprint library,
-re-measures only drifted op types under a new fingerprint version, refreshes the predictor,
+Records the target's versions, runs the quick drift check against the fingerprint library on
+every execution path the target offers (each against its own fingerprint version; a path
+without kernel records yet is seeded), re-measures only drifted op types under a new
+fingerprint version, refreshes the predictor,
 re-verifies the target's active plans (rolling back any that lost their advantage) and writes a
 drift report (Markdown + JSON under artifacts/reprofile/, and an MLflow run). Last stdout line:
 `report: <path>`."""
@@ -21,7 +23,8 @@ from prefect import flow, serve  # noqa: E402
 from metainfer_core.reprofile import markdown  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.compose import load_settings  # noqa: E402
-from tasks.reprofile_tasks import drift_task, refresh_predictor_task, reverify_task  # noqa: E402
+from tasks.reprofile_tasks import (drift_task, path_predictors_task, refresh_predictor_task,  # noqa: E402
+                                   reverify_task)
 from tasks.tracking import record_report  # noqa: E402
 
 SERVE_FLAG = "--serve"
@@ -33,18 +36,27 @@ def reprofile_flow(overrides: list[str]) -> str:
     s, raw = load_settings(overrides)
     report = drift_task(raw)
     predictor = refresh_predictor_task(raw, report)
+    others = path_predictors_task(raw, report)
     plans = reverify_task(raw)
     folder = s.artifacts / "reprofile"
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{s.target.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     md, js = folder / f"{stem}.md", folder / f"{stem}.json"
-    md.write_text(markdown(report, plans, predictor))
-    js.write_text(json.dumps({"drift": report.as_dict(), "predictor": predictor, "plans": plans}, indent=2, default=str))
+    md.write_text(markdown(report, plans, predictor, others))
+    js.write_text(json.dumps({"drift": report.as_dict(), "predictor": predictor, "path_predictors": others,
+                              "plans": plans}, indent=2, default=str))
+    every = report.all_paths()
     record_report(s, "reprofile", stem, raw,
                   {"drifted_ops": len(report.drifted), "remeasured": report.remeasured, "carried": report.carried,
-                   "plans_rolled_back": sum(p["decision"] == "rolled_back" for p in plans), "seconds": report.seconds},
+                   "plans_rolled_back": sum(p["decision"] == "rolled_back" for p in plans),
+                   "seconds": sum(r.seconds for r in every), "paths": len(every),
+                   "paths_drifted": sum(bool(r.drifted) for r in every),
+                   "paths_new_version": sum(r.version_changed for r in every),
+                   "paths_seeded": sum(r.status == "seeded" for r in every)},
                   {"old_fingerprint_version": report.old_version, "fingerprint_version": report.new_version,
-                   "firmware": report.firmware, "measurement": s.target.measurement}, [md, js])
+                   "firmware": report.firmware, "measurement": s.target.measurement,
+                   **{f"path.{r.path.replace(':', '.')}.fingerprint_version": r.new_version for r in report.paths},
+                   **{f"path.{r.path.replace(':', '.')}.status": r.status for r in report.paths}}, [md, js])
     return str(md)
 
 

@@ -133,9 +133,12 @@ def check_concurrency(backend: Backend, model: onnx.ModelProto, runs: int = 20) 
     return Item("concurrency", all(r["throughput_per_s"] > 0 for r in rows.values()), detail, {str(k): v for k, v in rows.items()})
 
 
-def check_execution_paths(backend: Backend, model: onnx.ModelProto, runs: int = 10) -> Item:
+def check_execution_paths(backend: Backend, model: onnx.ModelProto, runs: int = 10,
+                          library: FingerprintLibrary | None = None, reps: int = 5, warmup: int = 1) -> Item:
     """Every execution path the target offers runs the minimal model: its version (a fingerprint
-    version of its own), latency and accuracy loss against the CPU reference."""
+    version of its own), latency and accuracy loss against the CPU reference. With the library
+    (after the micro-benchmarks), each non-default path is seeded with the default path's quick
+    validation kernels, so re-profiling has its drift baseline (reprofile.seed_paths)."""
     from metainfer_core.actions import ACTIONS
     from metainfer_core.backends.paths import ExecutionPath, missing_paths
 
@@ -155,9 +158,17 @@ def check_execution_paths(backend: Backend, model: onnx.ModelProto, runs: int = 
                            "latency_ms": float(np.median(times)), "accuracy_loss": loss}
         except Exception as exc:  # noqa: BLE001 - a path that cannot run is a finding
             failed[label] = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+    if library is not None and len(labels) > 1:
+        from metainfer_core.reprofile import seed_paths
+
+        for seeded in seed_paths(backend, library, reps, warmup):
+            if seeded.path in rows:
+                rows[seeded.path]["drift_baseline"] = {"status": seeded.status, "kernels": seeded.seeded,
+                                                       "ops": seeded.seeded_ops, "failed": seeded.failed}
     missing = missing_paths(backend.spec)
     detail = "; ".join(f"{k}: {r['runtime']}, {r['latency_ms']:.4g} ms, loss {r['accuracy_loss']:.1e}"
-                       for k, r in rows.items())
+                       + (f", drift baseline {r['drift_baseline']['status']} ({r['drift_baseline']['kernels']} kernels)"
+                          if "drift_baseline" in r else "") for k, r in rows.items())
     detail += "".join(f"; {k} FAILED ({v})" for k, v in failed.items())
     detail += f"; not installed: {missing}" if missing else ""
     return Item("execution_paths", bool(rows) and not failed, detail, {"paths": rows, "failed": failed,

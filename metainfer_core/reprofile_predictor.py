@@ -7,7 +7,12 @@ Training continues from the previous kernel model (CatBoost init_model) on the n
 records (re-measured and carried). It is kept only if, on a held-out quarter of the
 re-measured kernels, it predicts no worse than the previous model does (beyond `tolerance`,
 relative); otherwise the caller trains a fresh predictor. Both versions' predictors stay on
-disk, each in its own folder."""
+disk, each in its own folder.
+
+Only the default execution path has a predictor. A target's other paths (OpenVINO on `cpu`)
+have none to fine-tune: the search costs a graph bound to one as its default-path prediction
+times a ratio it measures on the host during each adapt (search/path_costs.py);
+`path_predictors` says so per path in the re-profiling report."""
 from __future__ import annotations
 
 import time
@@ -128,4 +133,20 @@ def refresh(s: Settings, report: DriftReport, progress: Callable[[str], None] = 
                "revision": tuned.current, "runtime_runs": tuned.n_runs, "reason": tuned.reason}
     if out is not None:
         PredictorStore(folder).clear_stale()
+    return out
+
+
+def path_predictors(s: Settings, report: DriftReport) -> list[dict]:
+    """What re-profiling does for the predictor of each non-default execution path: nothing,
+    since there is none (see the module docstring); the path's runtime runs stay under its
+    own fingerprint version."""
+    library = FingerprintLibrary(s.tracking.fingerprint_db)
+    out = []
+    for r in report.paths:
+        runs = len(library.plan_runs(r.new_version, source="runtime"))
+        out.append({"path": r.path, "version": r.new_version, "action": "none",
+                    "reason": "no predictor of its own to fine-tune: the search costs a graph bound to this path as "
+                              "its default-path prediction times a latency ratio measured on the host in each adapt "
+                              f"(search/path_costs.py); its {runs} runtime run(s) and its kernel records stay under "
+                              f"{r.new_version}"})
     return out

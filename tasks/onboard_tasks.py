@@ -47,8 +47,9 @@ def concurrency_task(raw: dict, model) -> onboard.Item:
 
 @task(name="execution_paths", cache_policy=NO_CACHE)
 def execution_paths_task(raw: dict, model) -> onboard.Item:
-    _, backend = _ctx(raw)
-    return onboard.check_execution_paths(backend, model)
+    s, backend = _ctx(raw)
+    return onboard.check_execution_paths(backend, model, library=FingerprintLibrary(s.tracking.fingerprint_db),
+                                         reps=s.profile.reps, warmup=s.profile.warmup)
 
 
 @task(name="versions", cache_policy=NO_CACHE)

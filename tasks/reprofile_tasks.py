@@ -14,7 +14,7 @@ from metainfer_core.accuracy import run_cpu
 from metainfer_core.decide import decide
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.reprofile import DriftReport, reprofile
-from metainfer_core.reprofile_predictor import refresh
+from metainfer_core.reprofile_predictor import path_predictors, refresh
 from metainfer_core.settings import validate_settings
 from metainfer_core.tensors import random_feeds
 from metainfer_core.verify import verify
@@ -27,14 +27,21 @@ def drift_task(raw: dict) -> DriftReport:
     s = validate_settings(raw)
     report = reprofile(stages.make_backend(s), FingerprintLibrary(s.tracking.fingerprint_db), s.reprofile.threshold,
                        s.profile.reps, s.profile.warmup)
-    _progress(f"reprofile: {report.old_version} -> {report.new_version}; drifted {report.drifted or 'nothing'}; "
-              f"{report.remeasured} re-measured, {report.carried} carried over in {report.seconds:.1f}s")
+    for r in report.all_paths():
+        _progress(f"reprofile: {r.old_version} -> {r.new_version} ({r.path}: {r.status}); drifted {r.drifted or 'nothing'}; "
+                  f"{r.remeasured} re-measured, {r.carried} carried over, {r.seeded} seeded in {r.seconds:.1f}s")
     return report
 
 
 @task(name="refresh_predictor", cache_policy=NO_CACHE)
 def refresh_predictor_task(raw: dict, report: DriftReport) -> dict | None:
     return refresh(validate_settings(raw), report, _progress)
+
+
+@task(name="path_predictors", cache_policy=NO_CACHE)
+def path_predictors_task(raw: dict, report: DriftReport) -> list[dict]:
+    """The target's other execution paths: what re-profiling does for their predictor (nothing)."""
+    return path_predictors(validate_settings(raw), report)
 
 
 @task(name="reverify_active_plans", cache_policy=NO_CACHE)

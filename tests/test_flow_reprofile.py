@@ -82,3 +82,46 @@ def test_firmware_drift_rolls_back_a_plan_that_no_longer_pays(run_flow, tmp_path
     assert carried["parent"].startswith(old_version + "/r")
     assert carried["held_out_after"] < carried["held_out_before"]
     assert [p["decision"] for p in report["plans"]] == ["rolled_back"]
+
+
+@pytest.mark.slow
+def test_cpu_reprofile_covers_every_execution_path(run_flow, tmp_path):
+    """On `cpu` the OpenVINO paths are checked beside ONNX Runtime: seeded from the default
+    path's typical kernels the first time, compared with their own records the second, and a
+    changed OpenVINO setting is a new version of those paths only."""
+    pytest.importorskip("openvino")
+    import yaml
+
+    from metainfer_core.backends import create_backend
+    from metainfer_core.fingerprint import FingerprintLibrary
+    from metainfer_core.fingerprint.profiler import profile
+    from metainfer_core.normalize import normalize
+    from metainfer_core.zoo import build
+    from tasks.compose import CONF_DIR
+
+    cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
+    cpu = create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+    library = FingerprintLibrary(f"sqlite:///{tmp_path}/fingerprints.db")
+    profile(cpu, library, [normalize(build("mlp"), {"input": [1, 256]}).model], [1], reps=5, warmup=1)
+    others = [p for p in cpu.info.extra["execution_paths"] if p != "onnxruntime"]
+    art = [f"paths.artifacts={tmp_path}", "target=cpu", "profile.reps=5", "profile.warmup=1"]
+    res = run_flow("reprofile", *art)
+    first = _report(res)["drift"]
+    assert first["path"] == "onnxruntime" and first["status"] in ("no drift", "drift")
+    assert [p["path"] for p in first["paths"]] == others
+    assert all(p["status"] == "seeded" and p["seeded"] >= 2 for p in first["paths"])
+    md = Path(res.stdout.strip().splitlines()[-1].removeprefix("report: ")).read_text()
+    assert all(f"| {p} |" in md for p in ["onnxruntime", *others]) and "| seeded |" in md
+    assert "Predictor of openvino:f32" in md and "no predictor of its own to fine-tune" in md
+    # an OpenVINO setting changed (its performance hint): a new version of the OpenVINO paths, compared and carried
+    second = _report(run_flow("reprofile", *art, "target.spec.execution_paths.openvino.performance_hint=THROUGHPUT"))
+    drift = second["drift"]
+    assert not drift["version_changed"] and drift["new_version"] == first["new_version"]
+    for old, new in zip(first["paths"], drift["paths"]):
+        assert new["path"] == old["path"] and new["version_changed"] and new["old_version"] == old["new_version"]
+        assert new["status"] in ("no drift", "drift") and len(new["checks"]) == old["seeded"]
+        assert new["remeasured"] + new["carried"] == old["seeded"] and new["seeded"] == 0
+        assert len(library.records(new["new_version"])) == old["seeded"]
+        assert len(library.records(old["new_version"])) == old["seeded"]        # the old version kept
+    assert [p["path"] for p in second["path_predictors"]] == others
+    assert all(p["action"] == "none" for p in second["path_predictors"])
