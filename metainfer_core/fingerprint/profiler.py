@@ -112,18 +112,19 @@ def distinct_kernels(models: list[onnx.ModelProto], op_filter: set[str] | None =
 def profile(backend: Backend, library: FingerprintLibrary, models: list[onnx.ModelProto], batch_gradient: list[int],
             reps: int, warmup: int, progress: Callable[[int, int], None] | None = None,
             op_filter: set[str] | None = None, deadline_s: float | None = None) -> ProfileReport:
-    """Measure every kernel of `models` (only those whose op is in `op_filter`, when given):
-    first each kernel at the first batch of the gradient, in the order of `models` (the
-    default graph's kernels, then the variants'), then the other batches. Past `deadline_s`
-    seconds the rest is left (report.left), to be measured by a later run; the first graph's
-    kernels at the first batch are always measured (the predictor needs them)."""
+    """Measure every kernel of `models` (only those whose op is in `op_filter`, when given), in
+    the order of `models` (the default graph's kernels, then the variants'). With `deadline_s`,
+    every kernel at the first batch of the gradient comes before the other batches, and past
+    that many seconds the rest is left (report.left) to a later run; the first graph's kernels
+    at the first batch are always measured (the predictor needs them)."""
     info = backend.info
     version = library.register_version(info)
     report = ProfileReport(version)
     t0 = time.perf_counter()
     known = library.known_keys(version)
     kernels = distinct_kernels(models, op_filter)
-    todo = [(m, k, infos, scale) for scale in batch_gradient for m, k, infos in kernels]
+    todo = ([(m, k, infos, scale) for scale in batch_gradient for m, k, infos in kernels] if deadline_s is not None
+            else [(m, k, infos, scale) for m, k, infos in kernels for scale in batch_gradient])
     needed = sum(1 for m, _, _ in kernels if m is models[0]) if models else 0
     batch: list[Measurement] = []
     kernel_files: dict[str, onnx.ModelProto] = {}
