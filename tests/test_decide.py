@@ -71,7 +71,7 @@ def test_a_plan_that_fits_beats_a_default_that_does_not():
 
 
 def test_change_penalty_can_outweigh_a_tiny_gain():
-    d = decide(v("default", 10.0, jitter=0.002), [v("busy", 9.8, jitter=0.002, seed=1)], 0.01, 10**6,
+    d = decide(v("default", 10.0, jitter=0.002), [v("busy", 9.6, jitter=0.002, seed=1)], 0.01, 10**6,
                objective=Objective(1.0, 0.0, 0.0, change_penalty=0.05), changes=[1])
     assert d.decision == "rolled_back" and "scores" in d.reason
 
