@@ -15,7 +15,7 @@ from onnx import helper, numpy_helper
 from metainfer_core.accuracy import LossFn, plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.kernels import QDQ_OPS
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.normalize.graph_utils import with_outputs
 from metainfer_core.tensors import tensor_infos
 
 
@@ -35,14 +35,8 @@ class Repair:
 
 
 def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    out = clone(model)
-    infos = tensor_infos(out)
-    have = {o.name for o in out.graph.output}
-    for n in names:
-        if n not in have and n in infos:
-            out.graph.output.append(helper.make_tensor_value_info(
-                n, helper.np_dtype_to_tensor_dtype(infos[n].dtype), list(infos[n].shape)))
-    return out
+    infos = tensor_infos(model)
+    return with_outputs(model, {n: helper.np_dtype_to_tensor_dtype(infos[n].dtype) for n in names if n in infos})
 
 
 def channel_error(ref: np.ndarray, out: np.ndarray) -> float:

@@ -33,6 +33,16 @@ def clone(model: onnx.ModelProto) -> onnx.ModelProto:
     return copy
 
 
+def with_outputs(model: onnx.ModelProto, names: dict[str, int]) -> onnx.ModelProto:
+    """A copy of the model with the named tensors (name -> ONNX element type) among its graph
+    outputs, shapes left to the runtime."""
+    out = clone(model)
+    have = {o.name for o in out.graph.output}
+    out.graph.output.extend(onnx.helper.make_tensor_value_info(t, dtype, None)
+                            for t, dtype in names.items() if t not in have)
+    return out
+
+
 def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     graphs: list[onnx.GraphProto] = []
     for attr in node.attribute:

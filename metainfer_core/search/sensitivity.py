@@ -35,7 +35,7 @@ from onnx import helper
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import DERIVED, derived, infos_of, origins
-from metainfer_core.normalize.graph_utils import clone, subgraphs
+from metainfer_core.normalize.graph_utils import clone, subgraphs, with_outputs
 from metainfer_core.tensors import quiet_session_options, tensor_infos
 
 MAX_PROBES = 48
@@ -141,7 +141,7 @@ class Sensitivity:
             return self._fp32
         inputs = {i.name for i in self.model.graph.input}
         names = [t for t in self._acts() if t not in inputs]
-        probe = _exposing(self.model, {t: onnx.TensorProto.FLOAT for t in names})
+        probe = with_outputs(self.model, {t: onnx.TensorProto.FLOAT for t in names})
         values: list[dict[str, np.ndarray]] = []
         for f, run in zip(self.feeds, _runs(probe, names, self.feeds)):
             values.append({**{k: v for k, v in f.items() if k in inputs}, **dict(zip(names, run))})
@@ -370,7 +370,7 @@ class _Trace:
                 expose[t] = onnx.TensorProto.FLOAT
                 self.stands_for[t] = y
         self.exposed = list(expose)
-        self.model = _exposing(model, expose)
+        self.model = with_outputs(model, expose)
         self.pairs = sorted(self._pairs())
 
     # what the attribution compares, directly (a difference of two errors against fp32 would
@@ -557,14 +557,6 @@ class _Parts:
             if ts:
                 parts.rounding[n] = {t: v / len(ts) for t in ts}
         return parts
-
-
-def _exposing(model: onnx.ModelProto, names: dict[str, int]) -> onnx.ModelProto:
-    """The model with the named tensors (name -> element type) among its graph outputs."""
-    out = clone(model)
-    have = {o.name for o in out.graph.output}
-    out.graph.output.extend(helper.make_tensor_value_info(t, dtype, None) for t, dtype in names.items() if t not in have)
-    return out
 
 
 def _runs(model: onnx.ModelProto, names: list[str], feeds: list[dict[str, np.ndarray]]):
