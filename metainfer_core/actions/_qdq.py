@@ -12,7 +12,13 @@ QuantizeLinear -> DequantizeLinear (per tensor, asymmetric); weights of Conv/Mat
 stored int8/uint8 (per channel or per tensor) behind a DequantizeLinear; biases int32 with
 scale = input scale x weight scale; the output of a quantized op goes through Q -> DQ.
 Relu/Clip in scope right after a quantized op are folded into that op's output range (the
-saturating Q computes them); MaxPool/Reshape/Flatten share their input's scale."""
+saturating Q computes them); MaxPool/Reshape/Flatten share their input's scale.
+
+Placement "inputs" is OpenVINO's convention (what NNCF writes): only what a quantized op reads
+is quantized (activations symmetric, zero point 0: uint8 where the calibrated range is
+non-negative, else int8), biases stay float and outputs stay float. OpenVINO's CPU plugin runs
+such a Conv/MatMul as an int8 kernel with a float output; ONNX Runtime fuses only the
+"inputs_outputs" form into its QLinear kernels."""
 from __future__ import annotations
 
 from collections import defaultdict
@@ -26,9 +32,18 @@ from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import quiet_session_options, tensor_infos
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
+PLACEMENTS = ("inputs_outputs", "inputs")
+INPUTS_ONLY_OPS = ("ConvTranspose",)       # quantized under placement "inputs" (OpenVINO runs it int8)
+# placement "inputs", scope "compute": besides the weighted ops, the ops OpenVINO runs in int8
+# beside them: a residual Add of two activations (fused into the Conv before it as an int8 sum)
+# and average pooling (NNCF's CPU rules)
+INPUTS_COMPUTE_OPS = COMPUTE_OPS + INPUTS_ONLY_OPS + ("Add", "GlobalAveragePool", "AveragePool")
 ALL_OPS = COMPUTE_OPS + ("Add", "Mul", "Relu", "Clip", "LeakyRelu", "Sigmoid", "MaxPool", "AveragePool",
                          "GlobalAveragePool", "Concat", "Flatten", "Reshape")
 _SHARE_SCALE = {"MaxPool", "Flatten", "Reshape"}
+# ops that only move or select their first input's values: a quantizer passes through them
+_PRESERVING = {"MaxPool", "Resize", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Upsample",
+               "DepthToSpace", "SpaceToDepth"}
 _FOLDABLE = {"Relu", "Clip"}
 _F32 = onnx.TensorProto.FLOAT
 _BIAS_LIMIT = float(2**31 - 1)   # int32 bias range
@@ -136,6 +151,14 @@ def _act_params(r: Range, qtype: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array(scale, np.float32), np.array(zp, dt)
 
 
+def _symmetric_act_params(r: Range) -> tuple[np.ndarray, np.ndarray]:
+    """Zero point 0: uint8 over [0, hi] for a non-negative tensor, else int8 over [-amax, amax]."""
+    lo, hi = r
+    if lo >= 0:
+        return np.array(hi / 255.0 or 1.0, np.float32), np.array(0, np.uint8)
+    return np.array(max(-lo, hi) / 127.0 or 1.0, np.float32), np.array(0, np.int8)
+
+
 def _weight_quant(w: np.ndarray, axis: int | None, qtype: str, min_scale: np.ndarray | None = None):
     """(quantized weights, scale, zero point) per channel along `axis`, or per tensor; scales no
     smaller than `min_scale` (what the int32 bias needs)."""
@@ -217,10 +240,13 @@ def _weight_axis(node: onnx.NodeProto, rank: int = 2) -> int:
 # --- the rewrite ---------------------------------------------------------------------------
 
 def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[str, ...], table: RangeTable,
-             activation_type: str = "QUInt8", weight_type: str = "QInt8", per_channel: bool | str = True
-             ) -> onnx.ModelProto:
+             activation_type: str = "QUInt8", weight_type: str = "QInt8", per_channel: bool | str = True,
+             placement: str = "inputs_outputs") -> onnx.ModelProto:
     """The graph with the named nodes (those of a quantizable type) in QDQ int8; weight scales
-    per channel, per tensor, or "auto" (weight_axis)."""
+    per channel, per tensor, or "auto" (weight_axis); `placement` as in the module's docstring."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement {placement!r}: use one of {list(PLACEMENTS)}")
+    inputs_only = placement == "inputs"
     out = clone(model)
     g = out.graph
     infos = infos_of(model)
@@ -234,7 +260,9 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
     def is_float(t: str) -> bool:
         return t in infos and infos[t].dtype == np.float32 and t not in inits
 
-    chosen = [n for n in g.node if n.name in wanted and n.op_type in ALL_OPS and len(n.output) == 1
+    ops = ALL_OPS + (INPUTS_ONLY_OPS if inputs_only else ())
+    weighted = COMPUTE_OPS + (INPUTS_ONLY_OPS if inputs_only else ())
+    chosen = [n for n in g.node if n.name in wanted and n.op_type in ops and len(n.output) == 1
               and is_float(n.output[0]) and any(is_float(i) for i in n.input)]
     chosen_ids = {id(n) for n in chosen}
     producer, consumers = wiring(g)
@@ -274,13 +302,14 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
 
     for n in chosen:
         p = producer.get(n.input[0])
-        if (n.op_type in _FOLDABLE and p is not None and id(p) in chosen_ids and p.op_type not in _FOLDABLE
+        if (not inputs_only and n.op_type in _FOLDABLE and p is not None and id(p) in chosen_ids and p.op_type not in _FOLDABLE
                 and len(consumers[n.input[0]]) == 1 and n.input[0] not in graph_outputs
                 and all(i == "" or i in inits for i in n.input[1:])):
             folded.add(id(n))
             p.output[0] = n.output[0]
     chosen = [n for n in chosen if id(n) not in folded]
-    table.ensure(model, [t for n in chosen for t in list(n.input) + list(n.output) if is_float(t)])
+    table.ensure(model, [t for n in chosen for t in list(n.input) + ([] if inputs_only else list(n.output))
+                         if is_float(t)])
 
     new_inits: list[onnx.TensorProto] = []
     before: dict[int, list[onnx.NodeProto]] = defaultdict(list)
@@ -299,8 +328,11 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
             else:
                 r = table.lookup(t)
                 if r is None:
+                    table.ensure(model, [t])        # a tensor a quantizer was lifted to
+                    r = table.lookup(t)
+                if r is None:
                     raise ValueError(f"no calibrated range for tensor {t!r}")
-                s, z = _act_params(r, activation_type)
+                s, z = _symmetric_act_params(r) if inputs_only else _act_params(r, activation_type)
                 params[t] = (const(derived(t, "scale"), s), const(derived(t, "zp"), z), s)
         return params[t]
 
@@ -347,20 +379,70 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
         n.input[1] = weight_dq[w_name][0]
         return weight_dq[w_name][1]
 
+    through: set[int] = set()      # ops a quantizer was lifted through (once, for all their readers)
+
+    def liftable(p: onnx.NodeProto | None, t: str) -> bool:
+        return (inputs_only and p is not None and p.op_type in _PRESERVING | {"Concat"} and id(p) not in chosen_ids
+                and t not in graph_outputs and all(id(c) in chosen_ids for c in consumers[t]))
+
+    # a Concat's inputs share one scale (OpenVINO concatenates int8 data only when they do): the
+    # union of their ranges, grouped before any of them is quantized for another reader
+    group: dict[str, str] = {}
+
+    def root(t: str) -> str:
+        while group.get(t, t) != t:
+            t = group[t]
+        return t
+
+    concats = [n for n in g.node if n.op_type == "Concat" and n.output[0] and liftable(n, n.output[0])
+               and all(is_float(i) for i in n.input)]
+    for n in concats:
+        for i in n.input[1:]:
+            group[root(i)] = root(n.input[0])
+    if concats:
+        members = defaultdict(list)
+        for t in {i for n in concats for i in n.input}:
+            members[root(t)].append(t)
+        table.ensure(model, [t for ts in members.values() for t in ts])
+        for ts in members.values():
+            rs = [table.lookup(t) for t in ts]
+            s_, z_ = _symmetric_act_params((min(r[0] for r in rs), max(r[1] for r in rs)))
+            shared = (const(derived(ts[0], "scale"), s_), const(derived(ts[0], "zp"), z_), s_)
+            for t in ts:
+                params[t] = shared
+
+    def lifted(t: str, reader: onnx.NodeProto, slot: int) -> None:
+        """Under placement "inputs", a quantizer for what `reader` reads moves up through the
+        ops that only move or select values (MaxPool, Resize, ...) when every reader of their
+        output is quantized: OpenVINO then runs those ops on int8 data too (NNCF's quantizer
+        propagation); through a Concat, each of its inputs is quantized, with one scale."""
+        p = producer.get(t)
+        if liftable(p, t):
+            slots = range(len(p.input)) if p.op_type == "Concat" else (0,)
+            if id(p) not in through and all(is_float(p.input[i]) for i in slots):
+                through.add(id(p))
+                for i in slots:
+                    lifted(p.input[i], p, i)
+            if id(p) in through:
+                return
+        reader.input[slot] = dequantized(t, reader)
+
     for n in chosen:
         first_in = n.input[0]
         for slot, t in enumerate(list(n.input)):
             if t and is_float(t):
-                n.input[slot] = dequantized(t, n)
-        if n.op_type in COMPUTE_OPS and len(n.input) > 1 and n.input[1] in inits and inits[n.input[1]].data_type == _F32:
+                lifted(t, n, slot)
+        if n.op_type in weighted and len(n.input) > 1 and n.input[1] in inits and inits[n.input[1]].data_type == _F32:
             b_name = n.input[2] if len(n.input) > 2 else ""
-            if (n.op_type in ("Conv", "Gemm") and b_name in inits
+            if (not inputs_only and n.op_type in ("Conv", "Gemm") and b_name in inits
                     and is_float(first_in) and inits[b_name].data_type == _F32):
                 x_scale = np.float64(params[first_in][2])
                 w_scale = weight(n, bias_floor(n, b_name, x_scale))
                 quantized_bias(n, b_name, w_scale, x_scale)
             else:
                 weight(n)
+        if inputs_only:
+            continue        # the output stays float; a quantized reader quantizes it as its input
         # the output: the op writes y|f and its Q writes y|q8; quantized readers take their own DQ
         y = n.output[0]
         s_, z_, _ = qparams(y, first_in if n.op_type in _SHARE_SCALE else None)

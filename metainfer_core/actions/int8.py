@@ -1,11 +1,14 @@
 """Float32 -> int8 substitution (lossy): the ops in scope are quantized in QDQ form (static,
 calibrated on the run's calibration inputs: random, or the user's .npz), the format ONNX
-Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels. The
-rewrite itself is metainfer_core.actions._qdq (linear in the graph size)."""
+Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels, or in
+OpenVINO's placement (only what quantized ops read, symmetric activations, float outputs) where
+the target offers an OpenVINO path. The rewrite itself is metainfer_core.actions._qdq (linear in
+the graph size)."""
 from __future__ import annotations
 
-from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, quantize, range_table
+from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize, range_table
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
+from metainfer_core.actions.binding import offered
 from metainfer_core.actions.fp16 import is_float32_model
 
 
@@ -20,13 +23,27 @@ class Int8(Action):
                              "weight scales per output channel (needs opset >= 13), per tensor, or auto: per "
                              "channel only for weights whose channels' ranges differ (_qdq.weight_axis)"),
         "calibrate_method": Param("MinMax", ("MinMax", "Entropy", "Percentile"), "calibration method"),
+        "placement": Param("inputs_outputs", PLACEMENTS,
+                           "inputs_outputs: Q/DQ around every quantized op (ONNX Runtime's QDQ form, fused into its "
+                           "QLinear kernels); inputs: only what quantized ops read, activations symmetric by sign, "
+                           "outputs and biases float (OpenVINO's form; offered where the target has an OpenVINO "
+                           "path; activation_type does not apply)"),
     }
 
     def sites(self, model, params, target):
         if not is_float32_model(model) or not any(n.op_type in COMPUTE_OPS for n in model.graph.node):
             return []
-        ops = COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS
-        return [Site(tuple(n.name for n in model.graph.node if n.op_type in ops), params["scope"])]
+        if params["placement"] == "inputs" and (params["activation_type"] != "QUInt8"
+                                                or not any(p.startswith("openvino") for p in offered(target))):
+            return []       # one variant per scope; the form only OpenVINO runs as int8
+        if params["placement"] == "inputs":
+            ops = INPUTS_COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS + INPUTS_ONLY_OPS
+        else:
+            ops = COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS
+        inits = {i.name for i in model.graph.initializer}
+        return [Site(tuple(n.name for n in model.graph.node if n.op_type in ops
+                           and not (n.op_type == "Add" and params["scope"] == "compute" and set(n.input) & inits)),
+                     params["scope"])]
 
     def legal(self, model, site, params, target):
         if "int8" not in target.dtypes:
@@ -42,4 +59,4 @@ class Int8(Action):
             raise ValueError("int8 needs calibration inputs")
         table = range_table(ctx.cache, ctx.calibration_feeds, params["calibrate_method"])
         return quantize(model, set(site.nodes), table, params["activation_type"], params["weight_type"],
-                        params["per_channel"])
+                        params["per_channel"], params["placement"])

@@ -3,8 +3,8 @@ warm latency there to the default path's on the same graph (interleaved rounds, 
 times), and the accuracy loss the path adds. The predictor learns kernels on the default path;
 a bound candidate's latency is its graph's prediction times this ratio.
 
-Measured once per (path, graph class): plain float graphs, int8 (QDQ) graphs and graphs holding
-16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
+Measured once per (path, graph class): plain float graphs, int8 graphs (ONNX Runtime's QDQ form
+and OpenVINO's inputs-only form apart) and graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
 its precision hint applies to the float parts), so each class gets its own ratio; the first
 graph of a class the search binds stands for the class. A path that fails on a graph is
 remembered with its reason, and candidates bound to it are pruned with that reason."""
@@ -36,12 +36,22 @@ class PathCost:
 
 def graph_class(model: onnx.ModelProto) -> str:
     if has_op(model, "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"):
-        return "int8"
+        return "int8" if _outputs_quantized(model) else "int8-inputs"
     half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     if any(i.data_type in half for i in model.graph.initializer) or any(
             a.name == "to" and a.i in half for n in model.graph.node if n.op_type == "Cast" for a in n.attribute):
         return "half"
     return "fp32"
+
+
+def _outputs_quantized(model: onnx.ModelProto) -> bool:
+    """Whether every quantized Conv/MatMul/Gemm writes into a QuantizeLinear (ONNX Runtime's QDQ
+    form) rather than some writing float (OpenVINO's inputs-only form): the two run through
+    different kernels."""
+    dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    quantized = {n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    return all(n.output[0] in quantized for n in model.graph.node
+               if n.op_type in ("Conv", "MatMul", "Gemm") and set(n.input) & dq)
 
 
 def unbound(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -1,0 +1,88 @@
+"""int8 in OpenVINO's form (placement "inputs"): only what quantized ops read is quantized,
+activations symmetric by sign, biases and outputs float, quantizers lifted through MaxPool /
+Resize / Concat, a Concat's inputs on one scale. Checked by structure, by its accuracy effect
+against the fp32 graph on ONNX Runtime, and on the OpenVINO path itself, whose int8 kernels must
+compute what ONNX Runtime computes from the same QDQ graph."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.actions import ACTIONS
+from metainfer_core.normalize import normalize
+from metainfer_core.search.path_costs import graph_class
+from metainfer_core.zoo import build
+
+from action_checks import apply, loss
+from test_binding import bind, host
+from backends.test_simulator import backend
+
+OV_INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
+           "calibrate_method": "MinMax", "placement": "inputs"}
+
+
+def _wiring(m):
+    producer = {o: n for n in m.graph.node for o in n.output}
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    return producer, inits
+
+
+def _q_source(t, producer):
+    """The op whose output a DQ-read tensor quantizes (None: not read through a DQ)."""
+    dq = producer.get(t)
+    if dq is None or dq.op_type != "DequantizeLinear":
+        return None
+    q = producer.get(dq.input[0])
+    return "weight" if q is None else (producer[q.input[0]].op_type if q.input[0] in producer else "input")
+
+
+def test_quantizes_only_what_quantized_ops_read_symmetric_with_float_biases():
+    m = normalize(build("resnet_tiny"), None).model
+    out, feeds = apply("int8", m, OV_INT8, target="cpu")
+    producer, inits = _wiring(out)
+    qs = [n for n in out.graph.node if n.op_type == "QuantizeLinear"]
+    relus = [n for n in out.graph.node if n.op_type == "Relu"]
+    assert qs and relus and not any(_q_source(r.input[0], producer) for r in relus)   # float ops read float
+    assert not any(_q_source(o.name, producer) for o in out.graph.output)
+    for q in qs:
+        zp = inits[q.input[2]]
+        assert not zp.any()                                                 # symmetric
+    convs = [n for n in out.graph.node if n.op_type == "Conv"]
+    assert all(len(c.input) < 3 or inits[c.input[2]].dtype == np.float32 for c in convs)   # float bias
+    adds = [n for n in out.graph.node if n.op_type == "Add"]
+    assert adds and all(all(_q_source(i, producer) or producer[i].op_type == "MaxPool" for i in a.input)
+                        for a in adds)                                      # residual sums in int8
+    pool = next(n for n in out.graph.node if n.op_type == "MaxPool")
+    assert _q_source(pool.input[0], producer) == "Relu"                     # lifted above the pool
+    assert loss(m, out, feeds) < 1e-3
+    assert graph_class(out) == "int8-inputs"
+    assert graph_class(apply("int8", m, dict(OV_INT8, placement="inputs_outputs"), target="cpu")[0]) == "int8"
+
+
+def test_unet_concats_share_a_scale_and_openvino_computes_what_ort_does():
+    m = normalize(build("unet_tiny"), None).model
+    out, feeds = apply("int8", m, OV_INT8, target="cpu")
+    producer, inits = _wiring(out)
+    for c in (n for n in out.graph.node if n.op_type == "Concat"):
+        scales = {float(inits[producer[i].input[1]]) for i in c.input}
+        assert len(scales) == 1, f"{c.name} concatenates inputs on scales {scales}"
+    ct = next(n for n in out.graph.node if n.op_type == "ConvTranspose")
+    assert _q_source(ct.input[1], producer) == "weight"                     # OpenVINO runs it in int8
+    assert next(a.i for a in producer[ct.input[1]].attribute if a.name == "axis") == 1
+    on_ort = run_cpu(out, feeds)
+    assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
+    cpu = host()
+    compiled = cpu.compile(bind(out, "openvino", "f32", cpu.info))
+    # the same int8 arithmetic up to where each runtime rounds (a Concat on mixed scales gave 3e-2)
+    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < 1e-3
+
+
+def test_offered_only_with_an_openvino_path_and_once_per_scope():
+    m = normalize(build("resnet_tiny"), None).model
+    cpu = backend("cpu").info
+    assert ACTIONS["int8"].sites(m, OV_INT8, cpu)
+    assert not ACTIONS["int8"].sites(m, dict(OV_INT8, activation_type="QInt8"), cpu)
+    assert not ACTIONS["int8"].sites(m, OV_INT8, backend("npu").info)
+    assert ACTIONS["int8"].sites(m, dict(OV_INT8, placement="inputs_outputs"), backend("npu").info)
