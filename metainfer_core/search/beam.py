@@ -84,6 +84,53 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     keep = 4 * max(beam_width, top_k)       # the pool keeps the best few only (graphs are large)
     beam = [default]
     best_of_kind: dict[tuple, Candidate] = {}
+    lookahead = {k: v for k, v in space.items() if k == "binding"}
+    ahead_of: dict[int, float | None] = {}     # graph -> its best bound plan's score; bound plan -> None
+
+    def consider(state: Candidate, action, params, site, frontier: list, stepping: list) -> Candidate | None:
+        """Apply one expansion, score it, file it in the frontier; the candidate, or None when
+        it fails, repeats a seen plan or breaks a bound other than memory."""
+        t_apply = time.perf_counter()
+        try:
+            model = action.apply(state.model, site, params, ctx)
+        except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
+            result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            return None
+        finally:
+            spent = time.perf_counter() - t_apply
+            clock["apply_s"] += spent
+            per_action[action.name] = per_action.get(action.name, 0.0) + spent
+        same_graph = action.keeps_graph(action.with_defaults(params))
+        if same_graph:
+            share_analysis(model, state.model)
+        t_hash = time.perf_counter()
+        cand = Candidate(model, state.steps + (Step(action.name, site, tuple(sorted(params.items()))),))
+        clock["hash_s"] += time.perf_counter() - t_hash
+        if cand.key in seen:
+            result.duplicates += 1
+            return None
+        seen.add(cand.key)
+        try:
+            evaluator.evaluate(cand, parent=state if same_graph else None)
+        except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
+            result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            return None
+        result.evaluated += 1
+        if cand.violation:
+            reason = cand.violation.split(":")[0]
+            result.pruned[reason] = result.pruned.get(reason, 0) + 1
+            # over the memory limit: no result, but later steps (tiling, reuse, int8) may fit it
+            if reason == "memory":
+                stepping.append(cand)
+            return None
+        frontier.append(cand)
+        sig = kind_of(cand)
+        # a kind's representative: its simplest plan (fewest steps), then the best scored
+        if sig and (sig not in best_of_kind or (cand.changes, cand.score) < (best_of_kind[sig].changes,
+                                                                           best_of_kind[sig].score)):
+            best_of_kind[sig] = cand
+        return cand
+
     for level in range(1, depth + 1):
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
@@ -95,52 +142,25 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                 if time.perf_counter() - t0 > time_budget_s:
                     result.stopped_by_budget = True
                     break
-                t_apply = time.perf_counter()
-                try:
-                    model = action.apply(state.model, site, params, ctx)
-                except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
-                    result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                    continue
-                finally:
-                    spent = time.perf_counter() - t_apply
-                    clock["apply_s"] += spent
-                    per_action[action.name] = per_action.get(action.name, 0.0) + spent
-                same_graph = action.keeps_graph(action.with_defaults(params))
-                if same_graph:
-                    share_analysis(model, state.model)
-                t_hash = time.perf_counter()
-                cand = Candidate(model, state.steps + (Step(action.name, site, tuple(sorted(params.items()))),))
-                clock["hash_s"] += time.perf_counter() - t_hash
-                if cand.key in seen:
-                    result.duplicates += 1
-                    continue
-                seen.add(cand.key)
-                try:
-                    evaluator.evaluate(cand, parent=state if same_graph else None)
-                except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
-                    result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
-                    continue
-                result.evaluated += 1
-                if cand.violation:
-                    reason = cand.violation.split(":")[0]
-                    result.pruned[reason] = result.pruned.get(reason, 0) + 1
-                    # over the memory limit: no result, but later steps (tiling, reuse, int8) may fit it
-                    if reason == "memory":
-                        stepping.append(cand)
-                    continue
-                frontier.append(cand)
-                sig = kind_of(cand)
-                # a kind's representative: its simplest plan (fewest steps), then the best scored
-                if sig and (sig not in best_of_kind or (cand.changes, cand.score) < (best_of_kind[sig].changes,
-                                                                                   best_of_kind[sig].score)):
-                    best_of_kind[sig] = cand
+                cand = consider(state, action, params, site, frontier, stepping)
+                if cand is not None and lookahead and not action.keeps_graph(action.with_defaults(params)):
+                    # a rewrite whose form pays on another path only (OpenVINO's int8) is scored
+                    # there too at once: ranked on the default path alone it would leave the beam.
+                    # The bound plans join the pool; the graph stays in the beam at their rank.
+                    for a2, p2, s2 in expansions(cand, lookahead, ctx, result):
+                        child = consider(cand, a2, p2, s2, frontier, stepping)
+                        if child is not None:
+                            ahead_of[id(child)] = None
+                            ahead_of[id(cand)] = min(ahead_of.get(id(cand)) or child.score, child.score)
             if result.stopped_by_budget:
                 break
         result.levels = level
         if not frontier and not stepping:
             break
         limit = max(evaluator.target.memory_limit_bytes, 1)
-        beam = sorted(frontier + stepping, key=lambda c: c.score + max(0.0, c.peak_mem_bytes / limit - 1.0))[:beam_width]
+        growing = [c for c in frontier + stepping if id(c) not in ahead_of or ahead_of[id(c)] is not None]
+        beam = sorted(growing, key=lambda c: min(c.score, ahead_of.get(id(c)) or c.score)
+                      + max(0.0, c.peak_mem_bytes / limit - 1.0))[:beam_width]
         pool = sorted(pool + frontier, key=lambda c: c.score)[:keep]
         if progress:        # (level, new candidates within the bounds, best score[, beam size])
             args = (level, len(frontier), pool[0].score if pool else float("nan"), len(beam))

@@ -5,8 +5,9 @@ a bound candidate's latency is its graph's prediction times this ratio.
 
 Measured once per (path, graph class): plain float graphs, int8 graphs (ONNX Runtime's QDQ form
 and OpenVINO's inputs-only form apart) and graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
-its precision hint applies to the float parts), so each class gets its own ratio; the first
-graph of a class the search binds stands for the class. A path that fails on a graph is
+its precision hint applies to the float parts), so each class gets its own ratio (OpenVINO's
+int8 form one per set of quantized op types); the first graph of a class the search binds
+stands for the class. A path that fails on a graph is
 remembered with its reason, and candidates bound to it are pruned with that reason."""
 from __future__ import annotations
 
@@ -54,6 +55,14 @@ def _outputs_quantized(model: onnx.ModelProto) -> bool:
                if n.op_type in ("Conv", "MatMul", "Gemm") and set(n.input) & dq)
 
 
+def quantized_ops(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The op types that read int8 data (through a DequantizeLinear). OpenVINO's int8 form is
+    timed per set (scope compute vs all differ most there: ONNX Runtime, the ratio's base, runs
+    neither form's extra quantized ops fused)."""
+    dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return tuple(sorted({n.op_type for n in model.graph.node if n.op_type != "QuantizeLinear" and set(n.input) & dq}))
+
+
 def unbound(model: onnx.ModelProto) -> onnx.ModelProto:
     from metainfer_core.backends.paths import PATH_KEY
 
@@ -69,14 +78,14 @@ class PathCosts:
     def __init__(self, backend: Backend, feeds: list[dict[str, np.ndarray]], reference, loss_fn: LossFn,
                  rounds: int = ROUNDS):
         self.backend, self.feeds, self.reference, self.loss_fn, self.rounds = backend, feeds, reference, loss_fn, rounds
-        self._costs: dict[tuple[ExecutionPath, str], PathCost] = {}
+        self._costs: dict[tuple[ExecutionPath, str, tuple[str, ...]], PathCost] = {}
         self.seconds = 0.0
 
     @property
     def measured(self) -> dict[str, dict]:
         """For plan.json: each measured (path, graph class) and what it cost."""
-        return {f"{p.label}|{k}": {"ratio": c.ratio, "added_loss": c.added_loss, "error": c.error,
-                                   "seconds": round(c.seconds, 2)} for (p, k), c in self._costs.items()}
+        return {f"{p.label}|{k}" + (f"[{','.join(ops)}]" if ops else ""): {"ratio": c.ratio, "added_loss": c.added_loss, "error": c.error,
+                                   "seconds": round(c.seconds, 2)} for (p, k, ops), c in self._costs.items()}
 
     def run(self, model: onnx.ModelProto) -> list[list[np.ndarray]]:
         """The validation outputs of `model` on its own path."""
@@ -85,7 +94,8 @@ class PathCosts:
 
     def cost(self, model: onnx.ModelProto) -> PathCost:
         path = ExecutionPath.of(model)
-        key = (path, graph_class(model))
+        kind = graph_class(model)
+        key = (path, kind, quantized_ops(model) if kind == "int8-inputs" else ())
         if key not in self._costs:
             self._costs[key] = self._measure(model)
         return self._costs[key]
