@@ -160,7 +160,7 @@ def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: f
         return row | {"error": r["error"]}
     row |= model_row(r["plan"], r["plan_path"], client)
     folder = r["plan_path"].parent
-    row["plan_is_default"] = (folder / "default.onnx").read_bytes() == (folder / "model.onnx").read_bytes()
+    row["plan_is_default"] = ort_baselines.is_default(folder)
     if peers:
         if say:
             say(f"  {entry.key}: meta-infer vs its peers (ORT default / quantize_static / quantize_dynamic, OpenVINO "

@@ -288,12 +288,13 @@ def markdown(results: dict) -> str:
               "latency, ratio to ORT default (> 1 = faster), accuracy loss against the fp32 reference "
               "(`plan_loss`, worst case over the inputs); a peer that could not convert, compile or run says "
               "`failed:` and why. ORT default is loaded first and last and its figure pools both copies; A/A is the "
-              "first copy against the second (noise floor). `fastest peer` is the fastest of the six peers whose "
+              "first copy against the second (noise floor); meta-infer's plan is timed in two sessions too, pooled, "
+              "and a plan that is the default artifact itself `(= default)` is one contender with ORT default: "
+              "all four sessions pooled, the same figure for both. `fastest peer` is the fastest of the six peers whose "
               f"loss is within accuracy.max_loss ({max_loss(results):g}); the last column is its latency over "
               "meta-infer's (> 1 = meta-infer faster); `3 % goal` says whether that ratio is at least "
               f"{GOAL:g} (**below** otherwise; **over max_loss** when meta-infer's own plan lost more than the "
-              "bound on these inputs; **failed** when its adapt or comparison failed). `(= default)`: adapt kept "
-              "the default plan. Zoo and PP-OCR-from-rapidocr models are compared on the random inputs adapt "
+              "bound on these inputs; **failed** when its adapt or comparison failed). Zoo and PP-OCR-from-rapidocr models are compared on the random inputs adapt "
               "draws, corpus models on their real `data.inputs` samples. The last row holds the geometric mean "
               "of every column (ORT default ms and every ratio) and how many models meet the goal.", ""]
     lines += peers_table(results["models"], max_loss(results))
