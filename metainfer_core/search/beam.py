@@ -143,10 +143,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                     result.stopped_by_budget = True
                     break
                 cand = consider(state, action, params, site, frontier, stepping)
-                if cand is not None and lookahead and not action.keeps_graph(action.with_defaults(params)):
-                    # a rewrite whose form pays on another path only (OpenVINO's int8) is scored
+                if cand is not None and lookahead and action.lossy:
+                    # a precision whose form pays on another path only (OpenVINO's int8) is scored
                     # there too at once: ranked on the default path alone it would leave the beam.
                     # The bound plans join the pool; the graph stays in the beam at their rank.
+                    # (Lossless rewrites keep the plain order: their gains mostly carry across.)
                     for a2, p2, s2 in expansions(cand, lookahead, ctx, result):
                         child = consider(cand, a2, p2, s2, frontier, stepping)
                         if child is not None:
