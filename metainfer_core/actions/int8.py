@@ -7,9 +7,15 @@ the graph size)."""
 from __future__ import annotations
 
 from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize, range_table
-from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
+import json
+
+from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of, set_model_meta
 from metainfer_core.actions.binding import offered
+from metainfer_core.backends.paths import PATH_KEY, ExecutionPath
 from metainfer_core.actions.fp16 import is_float32_model
+
+
+OPENVINO_INT8_PATH = ExecutionPath("openvino", "f32")
 
 
 class Int8(Action):
@@ -26,15 +32,15 @@ class Int8(Action):
         "placement": Param("inputs_outputs", PLACEMENTS,
                            "inputs_outputs: Q/DQ around every quantized op (ONNX Runtime's QDQ form, fused into its "
                            "QLinear kernels); inputs: only what quantized ops read, activations symmetric by sign, "
-                           "outputs and biases float (OpenVINO's form; offered where the target has an OpenVINO "
-                           "path; activation_type does not apply)"),
+                           "outputs and biases float (OpenVINO's form: offered where the target has the "
+                           "openvino:f32 path, and binds the plan to it; activation_type does not apply)"),
     }
 
     def sites(self, model, params, target):
         if not is_float32_model(model) or not any(n.op_type in COMPUTE_OPS for n in model.graph.node):
             return []
         if params["placement"] == "inputs" and (params["activation_type"] != "QUInt8"
-                                                or not any(p.startswith("openvino") for p in offered(target))):
+                                                or OPENVINO_INT8_PATH.label not in offered(target)):
             return []       # one variant per scope; the form only OpenVINO runs as int8
         if params["placement"] == "inputs":
             ops = INPUTS_COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS + INPUTS_ONLY_OPS
@@ -58,5 +64,10 @@ class Int8(Action):
         if not ctx.calibration_feeds:
             raise ValueError("int8 needs calibration inputs")
         table = range_table(ctx.cache, ctx.calibration_feeds, params["calibrate_method"])
-        return quantize(model, set(site.nodes), table, params["activation_type"], params["weight_type"],
-                        params["per_channel"], params["placement"])
+        out = quantize(model, set(site.nodes), table, params["activation_type"], params["weight_type"],
+                       params["per_channel"], params["placement"])
+        if params["placement"] == "inputs" and ExecutionPath.of(model).runtime != "openvino":
+            # OpenVINO's form is a plan for OpenVINO (ONNX Runtime runs it in float); its float
+            # remainder in f32 there, and `binding` may move it (bf16, or back)
+            set_model_meta(out, PATH_KEY, json.dumps(OPENVINO_INT8_PATH.as_dict()))
+        return out

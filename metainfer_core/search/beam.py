@@ -187,12 +187,22 @@ def in_budget_order(todo) -> list:
 
 def kind_of(c: Candidate) -> tuple:
     """What kind of plan a candidate is: its lossy actions and its execution path (empty for a
-    lossless plan on the default path)."""
+    lossless plan on the default path). OpenVINO's int8 form is a kind of its own."""
     from metainfer_core.backends.paths import ExecutionPath
 
-    lossy = tuple(sorted({st.kind for st in c.steps if ACTIONS[st.kind].lossy}))
+    lossy = tuple(sorted({_lossy_label(st) for st in c.steps if ACTIONS[st.kind].lossy}))
     path = ExecutionPath.of(c.model)
     return lossy + (() if path.is_default else (path.label,))
+
+
+def _lossy_label(st: Step) -> str:
+    return "int8:openvino-form" if st.kind == "int8" and dict(st.params).get("placement") == "inputs" else st.kind
+
+
+def _breadth(kind: tuple) -> int:
+    """How many choices a kind combines; OpenVINO's int8 form on OpenVINO is one (it binds there)."""
+    implied = "int8:openvino-form" in kind and any(k.startswith("openvino:") for k in kind)
+    return len(kind) - int(implied)
 
 
 def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
@@ -200,7 +210,7 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
     have = {kind_of(c) for c in top}
     out: list[Candidate] = []
     # single kinds first (one precision or one path alone says most about what the predictor missed)
-    for c in sorted(best_of_kind.values(), key=lambda c: (len(kind_of(c)) > 1, c.score)):
+    for c in sorted(best_of_kind.values(), key=lambda c: (_breadth(kind_of(c)) > 1, c.score)):
         if len(out) == explore:
             break
         if kind_of(c) in have or any(c is t for t in top):

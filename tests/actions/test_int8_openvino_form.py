@@ -1,6 +1,6 @@
 """int8 in OpenVINO's form (placement "inputs"): only what quantized ops read is quantized,
 activations symmetric by sign, biases and outputs float, quantizers lifted through MaxPool /
-Resize / Concat, a Concat's inputs on one scale. Checked by structure, by its accuracy effect
+Resize / Concat, a Concat's inputs on one scale; the plan binds to OpenVINO. Checked by structure, by its accuracy effect
 against the fp32 graph on ONNX Runtime, and on the OpenVINO path itself, whose int8 kernels must
 compute what ONNX Runtime computes from the same QDQ graph."""
 from __future__ import annotations
@@ -16,6 +16,7 @@ from metainfer_core.search.path_costs import graph_class
 from metainfer_core.zoo import build
 
 from action_checks import apply, loss
+from metainfer_core.backends.paths import ExecutionPath
 from test_binding import bind, host
 from backends.test_simulator import backend
 
@@ -58,6 +59,9 @@ def test_quantizes_only_what_quantized_ops_read_symmetric_with_float_biases():
     assert _q_source(pool.input[0], producer) == "Relu"                     # lifted above the pool
     assert loss(m, out, feeds) < 1e-3
     assert graph_class(out) == "int8-inputs"
+    # bound to OpenVINO (f32 for the float remainder); binding may still move it to bf16
+    assert ExecutionPath.of(out) == ExecutionPath("openvino", "f32")
+    assert ExecutionPath.of(bind(out, "openvino", "bf16", host().info)) == ExecutionPath("openvino", "bf16")
     assert graph_class(apply("int8", m, dict(OV_INT8, placement="inputs_outputs"), target="cpu")[0]) == "int8"
 
 
@@ -73,8 +77,8 @@ def test_unet_concats_share_a_scale_and_openvino_computes_what_ort_does():
     assert next(a.i for a in producer[ct.input[1]].attribute if a.name == "axis") == 1
     on_ort = run_cpu(out, feeds)
     assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
-    cpu = host()
-    compiled = cpu.compile(bind(out, "openvino", "f32", cpu.info))
+    assert ExecutionPath.of(out) == ExecutionPath("openvino", "f32")      # a plan for OpenVINO
+    compiled = host().compile(out)
     # the same int8 arithmetic up to where each runtime rounds (a Concat on mixed scales gave 3e-2)
     assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < 1e-3
 
