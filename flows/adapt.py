@@ -2,8 +2,9 @@
 
 normalize -> profile -> train_predictor -> search -> verify -> rollback, as a Prefect flow
 (ephemeral, no server needed), recorded as one MLflow run. With deploy.remote_verify=true the
-plans are timed by the deployment verify/<target> on the target's work pool. The last stdout
-line is `plan: <path to plan.json>`."""
+plans are timed by the deployment verify/<target> on the target's work pool. Ends with a
+summary (default vs chosen) on stdout; the run folder's plan.md says the same at length. The
+last stdout line is `plan: <path to plan.json>`."""
 from __future__ import annotations
 
 import sys
@@ -16,8 +17,8 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from tasks.adapt_tasks import (normalize_task, profile_task, rollback_task, search_task,  # noqa: E402
-                               timed, train_predictor_task, verify_task)
+from tasks.adapt_tasks import (normalize_task, print_summary, profile_task, rollback_task,  # noqa: E402
+                               search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
@@ -53,7 +54,12 @@ def adapt_flow(raw: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    return run_cli(argv, lambda s, raw: f"plan: {adapt_flow(raw)}")
+    def body(s, raw) -> str:
+        plan = adapt_flow(raw)
+        print_summary(plan)         # what was done, default vs chosen, why
+        return f"plan: {plan}"
+
+    return run_cli(argv, body)
 
 
 if __name__ == "__main__":

@@ -30,8 +30,9 @@ def parse_flags(argv: list[str]) -> tuple[list[str], str | None]:
             kind = a.partition("=")[2] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
             i += 0 if "=" in a else 1
             if kind != "job":
-                raise MetaInferError(f"--cfg takes 'job' (print the composed configuration), got {kind or 'nothing'!r}: "
-                                     "run with --cfg job [overrides]. The flows compose no Hydra job config of their own.")
+                raise MetaInferError(f"--cfg takes 'job' (print the composed configuration), got "
+                                     f"{kind or 'nothing'!r}: run with --cfg job [overrides]. The flows compose no "
+                                     "Hydra job config of their own.")
             request = request or "cfg"
         elif a.startswith("-"):
             raise MetaInferError(f"Unknown flag {a!r}. The flows take key=value overrides (e.g. target=fpga "

@@ -35,7 +35,8 @@ def _did_you_mean(word: str, known) -> str:
 def _known_keys(overrides: list[str]) -> set[str]:
     """Every dotted key of the configuration the overrides' group choices compose (empty if even
     that fails)."""
-    choices = [o for o in overrides if o.partition("=")[0] in GROUPS and o.partition("=")[2] in options(o.partition("=")[0])]
+    pairs = [o.partition("=")[::2] for o in overrides]
+    choices = [f"{g}={v}" for g, v in pairs if g in GROUPS and v in options(g)]
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
