@@ -67,7 +67,9 @@ def metrics_of(v: dict | None) -> dict:
     return {k: (v or {}).get(k) for k in keys}
 
 
-def _silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]:
+def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]:
+    """plan.json warnings from the stage outputs (metainfer_core.run_warnings): the default's fit
+    in the device memory, and the predictor's error on the plans verify measured."""
     measured = verified is not None and verified.baseline.ok
     default_peak = verified.baseline.peak_mem_bytes if measured else outcome.default.peak_mem_bytes
     memory = run_warnings.default_memory(default_peak, info.memory_limit_bytes,
@@ -120,7 +122,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                      if prepared.degenerate else [])
                     + [f"normalize: {w}" for w in prepared.normalized.warnings]
                     + [f"budget: {w}" for w in (budget.warnings if budget is not None else [])]
-                    + _silent_problems(info, outcome, verified, chosen_v),
+                    + silent_problems(info, outcome, verified, chosen_v),
         "profile": {"measured": profile_report.measured, "reused": profile_report.reused,
                     "skipped": profile_report.skipped[:20], "left": profile_report.left},
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,

@@ -189,8 +189,9 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 def summary_text(plan: dict, report_path: str | None = None) -> str:
     """The end-of-run summary: what was done, default vs chosen, why, stage times, warnings."""
-    lines = [headline(plan), ""]
-    lines += [f"  {i}. {action_words(a)}; on {action_where(a, 3)}" for i, a in enumerate(plan.get("actions") or [], 1)]
+    lines = [headline(plan)]
+    for i, a in enumerate(plan.get("actions") or [], 1):
+        lines += [""] * (i == 1) + [f"  {i}. {action_words(a)}; on {action_where(a, 3)}"]
     lines += ["", text_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), ""]
     lines.append(f"why: {named_reason(plan)}")
     lines.append(f"stages: {stage_text(plan)}")

@@ -23,7 +23,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     try:
         argv, request = parse_flags(argv)      # --help, --cfg job
         if request == "help":
-            print(flow_help(sys.modules[body.__module__].__doc__, prog_name(body.__module__)))
+            print(flow_help(body.__globals__.get("__doc__"), prog_name(body.__globals__.get("__file__"))))
             return 0
         s, raw = load_settings(argv)
         if request == "cfg":

@@ -3,7 +3,6 @@ their options, how to override, examples) and `--cfg job` (print the composed co
 exit, Hydra's convention; overrides given with it are applied and validated)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -98,7 +97,5 @@ def flow_help(doc: str | None, prog: str) -> str:
     ])
 
 
-def prog_name(module_name: str) -> str:
-    module = sys.modules.get(module_name)
-    path = Path(getattr(module, "__file__", "") or "flow.py")
-    return f"flows/{path.name}"
+def prog_name(flow_file: str | None) -> str:
+    return f"flows/{Path(flow_file or 'flow.py').name}"

@@ -33,7 +33,7 @@ def _check_contract(plan: dict, tmp_path) -> None:
     assert run.data.tags["firmware"] == plan["target"]["firmware"]
     assert run.data.params["weights.name"] and "baseline.latency_ms" in run.data.metrics
     names = {a.path for a in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").list_artifacts(run.info.run_id)}
-    assert {"plan.json", "model.onnx", "feature_map.json"} <= names
+    assert {"plan.json", "plan.md", "model.onnx", "feature_map.json"} <= names
 
 
 @pytest.mark.slow
@@ -46,6 +46,29 @@ def test_design_card_command_on_fpga(run_flow, tmp_path):
     assert plan["weights"]["name"] == "embedded"
     assert plan["decision"] == "adapted" and plan["actions"]        # the default is far from best on an fpga
     assert plan["measured"]["latency_ms"] < plan["baseline"]["latency_ms"]
+    _check_readable(res, plan)
+
+
+def _check_readable(res, plan: dict) -> None:
+    """The summary ending stdout and plan.md say what was done, by how much, and why."""
+    from metainfer_core.plan_report import plan_name
+    name, speedup = plan_name(plan["actions"]), plan["baseline"]["latency_ms"] / plan["measured"]["latency_ms"]
+    assert "int8" in name and "candidate" not in name
+    out = res.stdout.strip().splitlines()
+    start = out.index(f"resnet_tiny on fpga (modeled): adapted, {speedup:.2f}x faster - {name}")
+    summary = "\n".join(out[start:])
+    assert f"{speedup:.2f}x faster" in summary and "latency p90 (ms)" in summary and "peak memory" in summary
+    assert "why: candidate" in summary and f"({name})" in summary and "stages: normalize" in summary
+    assert out[-2] == f"report: {res.plan_path.with_name('plan.md')}"
+    md = res.plan_path.with_name("plan.md").read_text()
+    assert md.startswith(f"# resnet_tiny on fpga (modeled): adapted, {speedup:.2f}x faster - {name}")
+    for section in ("## What changed", "## Default vs chosen", "## Candidates verified", "## Warnings",
+                    "## Stage times"):
+        assert section in md
+    verdicts = [c["verdict"] for c in plan["candidates"]]
+    assert sum(v.startswith("chosen") for v in verdicts) == 1 and all(v in md for v in verdicts)
+    assert plan["measured"]["p90_ms"] >= plan["measured"]["latency_ms"]
+    assert not [w for w in plan["warnings"] if w.startswith(("memory:", "predictor:"))]     # fits, predicted well
 
 
 @pytest.mark.slow
