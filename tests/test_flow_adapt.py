@@ -6,6 +6,7 @@ import onnx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from metainfer_core.plan_report import plan_name
 from metainfer_core.zoo import build
 
 PLAN_FIELDS = ["schema", "model", "target", "fingerprint_version", "weights", "decision", "reason", "actions",
@@ -32,6 +33,14 @@ def _check_contract(plan: dict, tmp_path) -> None:
     assert run.data.tags["fingerprint_version"] == plan["fingerprint_version"]
     assert run.data.tags["firmware"] == plan["target"]["firmware"]
     assert run.data.params["weights.name"] and "baseline.latency_ms" in run.data.metrics
+    assert not [k for k in run.data.params if k.split(".")[0] in ("feedback", "reprofile", "task_runner", "models")]
+    assert run.data.tags["plan"] == plan_name(plan["actions"])
+    assert run.data.metrics["n_warnings"] == len(plan["warnings"])
+    assert run.data.tags["actions"] == (",".join(a["kind"] for a in plan["actions"]) or "none")
+    assert run.data.tags["mlflow.note.content"].startswith("# ")       # plan.md as the run's description
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"     # the model-training view
     names = {a.path for a in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").list_artifacts(run.info.run_id)}
     assert {"plan.json", "plan.md", "model.onnx", "feature_map.json"} <= names
 
@@ -51,7 +60,6 @@ def test_design_card_command_on_fpga(run_flow, tmp_path):
 
 def _check_readable(res, plan: dict) -> None:
     """The summary ending stdout and plan.md say what was done, by how much, and why."""
-    from metainfer_core.plan_report import plan_name
     name, speedup = plan_name(plan["actions"]), plan["baseline"]["latency_ms"] / plan["measured"]["latency_ms"]
     assert "int8" in name and "candidate" not in name
     out = res.stdout.strip().splitlines()
