@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.plan import rewrite_json
-from metainfer_core.plan_report import plan_name
+from metainfer_core.plan_report import plan_name, speedup
 from metainfer_core.settings import Settings
 
 ACTIVE = "active"
@@ -112,11 +112,23 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     metrics.append(Metric("n_actions", float(len(plan["actions"])), 0, 0))
     metrics.append(Metric("n_warnings", float(len(plan.get("warnings") or [])), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)
+    client.update_run(run_id, name=run_title(plan, folder.name))
     for f in sorted(folder.iterdir()):
         if f.name != "model.onnx":
             client.log_artifact(run_id, str(f))
     client.set_terminated(run_id, "FINISHED")
     return plan
+
+
+def run_title(plan: dict, folder_name: str) -> str:
+    """The MLflow run name once the run is done: what it decided first (the runs table cuts long
+    names), then model@target and plan, then the run folder's time and id, which keep it unique."""
+    sp = speedup(plan)
+    gain = f" {sp:.2f}x" if sp and plan["decision"] == "adapted" else ""
+    parts = folder_name.split("-")         # <date>-<time>-<model>-<target>-<id>
+    stamp = f"{parts[1]}-{parts[-1]}" if len(parts) > 2 else folder_name
+    return (f"{plan['decision']}{gain} {plan['model']['name']}@{plan['target']['name']} "
+            f"{plan_name(plan['actions'])} {stamp}")
 
 
 def fail_run(s: Settings, run_id: str, message: str) -> None:

@@ -38,6 +38,7 @@ def _check_contract(plan: dict, tmp_path) -> None:
     assert run.data.metrics["n_warnings"] == len(plan["warnings"])
     assert run.data.tags["actions"] == (",".join(a["kind"] for a in plan["actions"]) or "none")
     assert run.data.tags["mlflow.note.content"].startswith("# ")       # plan.md as the run's description
+    assert run.info.run_name.startswith(f"{plan['decision']} ") and f"{plan['model']['name']}@" in run.info.run_name
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"     # the model-training view
