@@ -224,9 +224,10 @@ def _candidate_rows(plan: dict) -> list[tuple[str, ...]]:
     return rows
 
 
-def plan_markdown(plan: dict) -> str:
+def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
     """plan.md: the decision and why, the actions in words and where they apply, default vs
-    chosen, every verified candidate (predicted vs measured, verdict), warnings, stage times."""
+    chosen, every verified candidate (predicted vs measured, verdict), `plots` ((title, file
+    beside plan.md) each), warnings, stage times."""
     target, pred = plan.get("target") or {}, plan.get("predictor") or {}
     chosen = _chosen_label(plan)
     out = [f"# {headline(plan)}", "",
@@ -245,6 +246,8 @@ def plan_markdown(plan: dict) -> str:
             "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs).", ""]
     out += _md_table(("plan", "actions", "predicted ms", "measured ms", "predicted memory", "measured memory",
                       "accuracy loss", "verdict"), _candidate_rows(plan))
+    for title, file in plots:
+        out += ["", f"![{title}]({file})"]
     out += ["", "## Warnings", ""] + ([f"- {w}" for w in plan.get("warnings") or []] or ["None."])
     budget = plan.get("budget") or {}
     timings = plan.get("timings") or {}

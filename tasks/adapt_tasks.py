@@ -13,6 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from metainfer_core import run_warnings, stages
 from metainfer_core.deploy import path_record
 from metainfer_core.plan import RunFolder, build_plan
+from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
 from metainfer_core.settings import Settings, validate_settings
@@ -71,6 +72,14 @@ def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutc
                                allowance_s=allowance_s)
 
 
+def _plots(plan: dict, folder: RunFolder) -> list[tuple[str, str]]:
+    try:
+        return write_plots(plan, folder.staging)
+    except Exception as exc:  # noqa: BLE001 - a plot is not worth the run: plan.md goes without it
+        _progress(f"WARNING: plan.md's plots could not be drawn ({type(exc).__name__}: {exc})")
+        return []
+
+
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
                   cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
@@ -104,7 +113,7 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
             plan["verify_remote"] = remote
         folder.write_json("plan.json", plan)
-        folder.path("plan.md").write_text(plan_markdown(plan))
+        folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder)))
         final = folder.commit()
     except BaseException:
         folder.discard()

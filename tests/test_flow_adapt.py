@@ -74,6 +74,10 @@ def _check_readable(res, plan: dict) -> None:
     for section in ("## What changed", "## Default vs chosen", "## Candidates verified", "## Warnings",
                     "## Stage times"):
         assert section in md
+    for title, png in (("Latency vs accuracy loss", "latency_vs_loss.png"),
+                       ("Predicted vs measured latency", "predicted_vs_measured.png")):
+        assert f"![{title}]({png})" in md
+        assert res.plan_path.with_name(png).read_bytes().startswith(b"\x89PNG")
     verdicts = [c["verdict"] for c in plan["candidates"]]
     assert sum(v.startswith("chosen") for v in verdicts) == 1 and all(v in md for v in verdicts)
     assert plan["measured"]["p90_ms"] >= plan["measured"]["latency_ms"]

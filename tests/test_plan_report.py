@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from metainfer_core.actions import ACTIONS
 from metainfer_core.plan import silent_problems
+from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import action_name, action_words, plan_markdown, plan_name, summary_text
 from metainfer_core.run_warnings import default_memory, predictor_error
 from metainfer_core.search.candidate import Candidate
@@ -114,3 +115,11 @@ def test_plan_warnings_from_the_stage_outputs(settings_for):
     assert "candidate1 predicted 0.5 ms, measured 2 ms, 4.0x" in warnings[1]
     fits = SearchOutcome(None, default=Candidate(model, latency_ms=1.0, peak_mem_bytes=2**10))
     assert silent_problems(info, fits, None, None) == []
+
+
+def test_plots_of_a_plan(tmp_path):
+    written = write_plots(ROLLED_BACK, tmp_path)
+    assert [f for _, f in written] == ["latency_vs_loss.png", "predicted_vs_measured.png"]
+    assert all((tmp_path / f).read_bytes().startswith(b"\x89PNG") for _, f in written)
+    md = plan_markdown(ROLLED_BACK, written)
+    assert "![Latency vs accuracy loss](latency_vs_loss.png)" in md
