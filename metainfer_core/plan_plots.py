@@ -1,10 +1,13 @@
 """plan.md's two plots, drawn from plan.json's content: latency vs accuracy loss of the default
 and every verified candidate with the accuracy bound, and predicted vs measured latency per
-plan. Default a black square, the chosen plan a red star, each point labelled."""
+plan. Default a black square, the chosen plan a red star, each point labelled with its number
+and what it does (#2 int8 u8s8 + fused layers)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
+
+from metainfer_core.plan_report import plan_name
 
 LOSS_PLOT = "latency_vs_loss.png"
 PREDICTION_PLOT = "predicted_vs_measured.png"
@@ -21,7 +24,8 @@ def _points(plan: dict) -> list[dict]:
             "loss": b.get("accuracy_loss"), "role": "default"}]
     for c in plan.get("candidates") or []:
         m = c.get("measured") or {}
-        pts.append({"label": c.get("label", "?"), "predicted": c.get("predicted_latency_ms"),
+        label = f"{str(c.get('label', '?')).replace('candidate', '#')} {plan_name(c.get('actions') or [])}"
+        pts.append({"label": label, "predicted": c.get("predicted_latency_ms"),
                     "measured": m.get("latency_ms"), "loss": m.get("accuracy_loss"),
                     "role": "chosen" if (c.get("verdict") or "").startswith("chosen") else "candidate"})
     return [p for p in pts if _ok(p["measured"])]
@@ -42,8 +46,9 @@ def _scatter(ax, pts: list[dict], x: str, y: str) -> None:
         if _ok(p[x]) and _ok(p[y]):
             at.setdefault((f"{p[x]:.2g}", f"{p[y]:.2g}"), []).append(p)
     for group in at.values():
+        below = any(p["role"] == "default" for p in group)     # under its marker: apart from a plan beside it
         ax.annotate(", ".join(p["label"] for p in group), (group[0][x], group[0][y]), textcoords="offset points",
-                    xytext=(6, 4), fontsize=7)
+                    xytext=(6, -11 if below else 4), fontsize=7)
 
 
 def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
