@@ -21,6 +21,7 @@ from tasks.adapt_tasks import (normalize_task, print_summary, profile_task, roll
                                search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
+from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
 
@@ -32,6 +33,7 @@ def adapt_flow(raw: dict) -> str:
     model_name = s.model.name
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
     run_id = start_run(s, raw, model_name, run_name)
+    label_flow_run(run_name, [f"model:{model_name}", f"target:{s.target.name}"])
     try:
         timings: dict[str, float] = {}
         prepared = timed(budget, timings, "normalize", normalize_task, raw)
@@ -47,6 +49,7 @@ def adapt_flow(raw: dict) -> str:
         folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
                                      budget, remote)
         finish_run(s, run_id, plan, folder, model_name)
+        publish_report(folder, model_name, s.target.name)
     except BaseException as exc:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}")
         raise

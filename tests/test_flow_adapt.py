@@ -2,6 +2,9 @@
 MLflow run; and bad input failing with one paragraph, a non-zero exit and nothing written."""
 from __future__ import annotations
 
+import json
+import sqlite3
+
 import onnx
 import pytest
 from mlflow.tracking import MlflowClient
@@ -57,6 +60,11 @@ def test_design_card_command_on_fpga(run_flow, tmp_path):
     assert plan["decision"] == "adapted" and plan["actions"]        # the default is far from best on an fpga
     assert plan["measured"]["latency_ms"] < plan["baseline"]["latency_ms"]
     _check_readable(res, plan)
+    # the Prefect flow run, as its UI lists it: named like the run folder, tagged, plan.md as an artifact
+    db = sqlite3.connect(tmp_path / "prefect" / "prefect.db")
+    runs = {name: json.loads(tags) for name, tags in db.execute("select name, tags from flow_run")}
+    assert runs == {res.plan_path.parent.name: ["model:resnet_tiny", "target:fpga"]}
+    assert db.execute("select key, type from artifact").fetchall() == [("plan-resnet-tiny-fpga", "markdown")]
 
 
 def _check_readable(res, plan: dict) -> None:
