@@ -67,7 +67,7 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
     known = _known_keys(overrides)
     for o in overrides:
         key = o.partition("=")[0]
-        if known and "=" in o and not key.startswith(("+", "~")) and key not in known:
+        if known and "=" in o and not key.startswith(("+", "~", "hydra.")) and key not in known:
             return (f"Unknown setting {key!r}: no config group or key has that name.{_did_you_mean(key, known)} "
                     "--help lists the groups and settings, --cfg job prints every key with its value "
                     "(add a new key on purpose with +key=value).")
