@@ -2,8 +2,9 @@
 
 normalize -> profile -> train_predictor -> search -> verify -> rollback, as a Prefect flow
 (ephemeral, no server needed), recorded as one MLflow run. With deploy.remote_verify=true the
-plans are timed by the deployment verify/<target> on the target's work pool. The last stdout
-line is `plan: <path to plan.json>`."""
+plans are timed by the deployment verify/<target> on the target's work pool. Ends with a
+summary (default vs chosen) on stdout; the run folder's plan.md says the same at length. The
+last stdout line is `plan: <path to plan.json>`."""
 from __future__ import annotations
 
 import sys
@@ -16,10 +17,11 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from tasks.adapt_tasks import (normalize_task, profile_task, rollback_task, search_task,  # noqa: E402
-                               timed, train_predictor_task, verify_task)
+from tasks.adapt_tasks import (normalize_task, print_summary, profile_task, rollback_task,  # noqa: E402
+                               search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
+from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
 
@@ -31,6 +33,7 @@ def adapt_flow(raw: dict) -> str:
     model_name = s.model.name
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
     run_id = start_run(s, raw, model_name, run_name)
+    label_flow_run(run_name, [f"model:{model_name}", f"target:{s.target.name}"])
     try:
         timings: dict[str, float] = {}
         prepared = timed(budget, timings, "normalize", normalize_task, raw)
@@ -46,6 +49,7 @@ def adapt_flow(raw: dict) -> str:
         folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
                                      budget, remote)
         finish_run(s, run_id, plan, folder, model_name)
+        publish_report(folder, model_name, s.target.name)
     except BaseException as exc:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}")
         raise
@@ -53,7 +57,12 @@ def adapt_flow(raw: dict) -> str:
 
 
 def main(argv: list[str]) -> int:
-    return run_cli(argv, lambda s, raw: f"plan: {adapt_flow(raw)}")
+    def body(s, raw) -> str:
+        plan = adapt_flow(raw)
+        print_summary(plan)         # what was done, default vs chosen, why
+        return f"plan: {plan}"
+
+    return run_cli(argv, body)
 
 
 if __name__ == "__main__":

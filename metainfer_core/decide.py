@@ -17,7 +17,7 @@ machine. Faster: the bootstrap upper bound (95th percentile) of the median ratio
 1 - MIN_GAIN; slower: its lower bound (5th percentile) is above 1 + MIN_GAIN."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -57,6 +57,7 @@ class Decision:
     decision: str            # adapted | rolled_back
     reason: str
     chosen: int | None       # index into the candidates, None for the default
+    verdicts: dict[str, str] = field(default_factory=dict)   # candidate label -> why chosen or not
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
@@ -67,16 +68,16 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
     changes = changes or [0] * len(candidates)
     default_fits = baseline.peak_mem_bytes <= memory_limit
     base_mem = max(baseline.peak_mem_bytes, 1)
-    rejected, eligible = [], {}          # eligible: index -> (score, why it pays)
+    rejected, eligible = {}, {}          # rejected: label -> why not; eligible: index -> (score, why it pays)
     for i, c in enumerate(candidates):
         if not c.ok:
-            rejected.append(f"{c.label} failed to run ({c.error})")
+            rejected[c.label] = f"failed to run ({c.error})"
             continue
         if c.accuracy_loss > max_loss:
-            rejected.append(f"{c.label} loses {c.accuracy_loss:.4g} accuracy (bound {max_loss})")
+            rejected[c.label] = f"loses {c.accuracy_loss:.4g} accuracy (bound {max_loss})"
             continue
         if c.peak_mem_bytes > memory_limit:
-            rejected.append(f"{c.label} needs {c.peak_mem_bytes} B (limit {memory_limit} B)")
+            rejected[c.label] = f"needs {c.peak_mem_bytes} B (limit {memory_limit} B)"
             continue
         median, low, high = ratio_bounds(baseline.samples_ms, c.samples_ms)
         mem_ratio = c.peak_mem_bytes / base_mem
@@ -84,9 +85,9 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         saves_memory = (objective is not None and objective.memory > 0 and mem_ratio <= 1 - MIN_MEM_GAIN
                         and low <= 1 + MIN_GAIN)
         if not (faster or saves_memory or not default_fits):
-            rejected.append(f"{c.label} {c.latency_ms:.4g} ms is not faster than the default "
-                            f"{baseline.latency_ms:.4g} ms beyond noise (paired ratio {median:.3f}, "
-                            f"95% bound {high:.3f})" + (f" and saves {1 - mem_ratio:.0%} memory" if mem_ratio < 1 else ""))
+            rejected[c.label] = (f"{c.latency_ms:.4g} ms is not faster than the default "
+                                 f"{baseline.latency_ms:.4g} ms beyond noise (paired ratio {median:.3f}, 95% bound "
+                                 f"{high:.3f})" + (f" and saves {1 - mem_ratio:.0%} memory" if mem_ratio < 1 else ""))
             continue
         why = ("the default does not fit the device memory" if not default_fits else
                f"{baseline.latency_ms / c.latency_ms:.2f}x" if faster else
@@ -98,12 +99,17 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         score = objective.score(median, mem_ratio, c.accuracy_loss, changes[i])
         default_score = objective.score(1.0, 1.0, 0.0, 0)
         if score >= default_score and default_fits:
-            rejected.append(f"{c.label} pays ({why}) but scores {score:.3f}, not better than the default's "
-                            f"{default_score:.3f} under the weights")
+            rejected[c.label] = (f"pays ({why}) but scores {score:.3f}, not better than the default's "
+                                 f"{default_score:.3f} under the weights")
             continue
         eligible[i] = (score, why)
+    verdicts = dict(rejected)
+    weighted = objective is not None
+    verdicts |= {candidates[i].label: f"eligible, not chosen ({why}" + (f", score {sc:.3f})" if weighted else ")")
+                 for i, (sc, why) in eligible.items()}
     if not eligible:
-        return Decision("rolled_back", "; ".join(rejected) or "no candidate to verify", None)
+        return Decision("rolled_back", "; ".join(f"{k} {v}" for k, v in rejected.items()) or "no candidate to verify",
+                        None, verdicts)
     best = min(eligible, key=lambda i: eligible[i][0])
     simpler = _simpler_within_noise(candidates, best, {i: changes[i] for i in eligible if changes[i] < changes[best]},
                                     objective)
@@ -113,9 +119,11 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
                 f"which is not faster beyond noise with {changes[best] - changes[simpler]} more action(s)")
         best = simpler
     c = candidates[best]
+    verdicts[c.label] = verdicts[c.label].replace("eligible, not chosen", "chosen", 1)
     scored = f", score {eligible[best][0]:.3f}" if objective is not None else ""
     return Decision("adapted", f"{c.label} verified at {c.latency_ms:.4g} ms vs default {baseline.latency_ms:.4g} ms "
-                               f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}{note}", best)
+                               f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}{note}", best,
+                    verdicts)
 
 
 def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Objective | None

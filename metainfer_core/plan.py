@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from metainfer_core import run_warnings
 from metainfer_core.backends.paths import ExecutionPath
 
 PLAN_SCHEMA = "meta-infer/plan/v1"
@@ -62,8 +63,21 @@ def rewrite_json(path: Path, data: Any) -> None:
 
 
 def metrics_of(v: dict | None) -> dict:
-    keys = ("latency_ms", "peak_mem_bytes", "accuracy_loss", "compile_s")
+    keys = ("latency_ms", "p90_ms", "peak_mem_bytes", "accuracy_loss", "compile_s")
     return {k: (v or {}).get(k) for k in keys}
+
+
+def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]:
+    """plan.json warnings from the stage outputs (metainfer_core.run_warnings): the default's fit
+    in the device memory, and the predictor's error on the plans verify measured."""
+    measured = verified is not None and verified.baseline.ok
+    default_peak = verified.baseline.peak_mem_bytes if measured else outcome.default.peak_mem_bytes
+    memory = run_warnings.default_memory(default_peak, info.memory_limit_bytes,
+                                         chosen_v["peak_mem_bytes"] if chosen_v else None, measured)
+    pairs = [("default", outcome.default.latency_ms, verified.baseline.latency_ms)] if measured else []
+    pairs += [(v.label, c.latency_ms, v.latency_ms) for c, v in zip(verified.plans, verified.candidates) if v.ok] \
+        if verified else []
+    return [w for w in (memory, run_warnings.predictor_error(pairs)) if w]
 
 
 def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, outcome, verified, decision, chosen,
@@ -79,7 +93,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                   "nodes_before": prepared.normalized.nodes_before, "nodes_after": prepared.normalized.nodes_after,
                   "symbolic_dims": prepared.normalized.symbolic_dims},
         "target": {"name": info.name, "measurement": measurement, "firmware": info.firmware, "driver": info.driver,
-                   "runtime": info.runtime,
+                   "runtime": info.runtime, "memory_limit_bytes": info.memory_limit_bytes,
                    "note": "latencies are simulated by the target's spec model" if measurement == "modeled"
                    else "latencies are measured on this machine"},
         "fingerprint_version": info.fingerprint_version,
@@ -92,10 +106,13 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "predicted": {"latency_ms": pred_source.latency_ms, "peak_mem_bytes": pred_source.peak_mem_bytes,
                       "accuracy_loss": pred_source.accuracy_loss, "score": pred_source.score},
         "measured": metrics_of(chosen_v or baseline),
-        "baseline": metrics_of(baseline) | {"predicted_latency_ms": outcome.default.latency_ms},
+        "baseline": metrics_of(baseline) | {"predicted_latency_ms": outcome.default.latency_ms,
+                                            "predicted_peak_mem_bytes": outcome.default.peak_mem_bytes},
         "candidates": [
             {"label": v.label, "actions": [st.as_dict() for st in c.steps], "predicted_latency_ms": c.latency_ms,
-             "predicted_score": c.score, "measured": metrics_of(v.as_dict()), "error": v.error,
+             "predicted_score": c.score, "predicted_peak_mem_bytes": c.peak_mem_bytes,
+             "predicted_accuracy_loss": c.accuracy_loss, "measured": metrics_of(v.as_dict()), "error": v.error,
+             "verdict": decision.verdicts.get(v.label),
              "execution_path": ExecutionPath.of(c.model).label,
              "binding": c.binding}
             for c, v in zip(verified.plans, verified.candidates)] if verified else [],
@@ -104,7 +121,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                       "figures for them mean little; give real inputs with data.inputs=<file.npz>"]
                      if prepared.degenerate else [])
                     + [f"normalize: {w}" for w in prepared.normalized.warnings]
-                    + [f"budget: {w}" for w in (budget.warnings if budget is not None else [])],
+                    + [f"budget: {w}" for w in (budget.warnings if budget is not None else [])]
+                    + silent_problems(info, outcome, verified, chosen_v),
         "profile": {"measured": profile_report.measured, "reused": profile_report.reused,
                     "skipped": profile_report.skipped[:20], "left": profile_report.left},
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,

@@ -2,6 +2,7 @@
 metainfer_core.stages. Settings travel as plain dicts (stable to hash and to serialise)."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -9,9 +10,11 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import stages
+from metainfer_core import run_warnings, stages
 from metainfer_core.deploy import path_record
 from metainfer_core.plan import RunFolder, build_plan
+from metainfer_core.plan_plots import write_plots
+from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
 from metainfer_core.settings import Settings, validate_settings
 
@@ -69,11 +72,19 @@ def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutc
                                allowance_s=allowance_s)
 
 
+def _plots(plan: dict, folder: RunFolder) -> list[tuple[str, str]]:
+    try:
+        return write_plots(plan, folder.staging)
+    except Exception as exc:  # noqa: BLE001 - a plot is not worth the run: plan.md goes without it
+        _progress(f"WARNING: plan.md's plots could not be drawn ({type(exc).__name__}: {exc})")
+        return []
+
+
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
                   cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
                   timings: dict, budget: Budget, remote: dict | None = None) -> tuple[Path, dict]:
-    """Decide, then write the run folder (chosen model, plan.json, feature map) atomically."""
+    """Decide, then write the run folder (chosen model, plan.json, plan.md, feature map) atomically."""
     s = _settings(raw)
     backend = stages.make_backend(s)
     decision, chosen = stages.decide_stage(s, backend, outcome, verified)
@@ -94,13 +105,23 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
                           cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
                           mlflow_run_id=mlflow_run_id, budget=budget)
+        for w in plan["warnings"]:
+            if w.startswith(run_warnings.PREFIXES):
+                _progress(f"WARNING: {w}")
         plan["calibration"] = calibration
         plan["execution_path"] = path_record(backend, chosen_model)
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
             plan["verify_remote"] = remote
         folder.write_json("plan.json", plan)
+        folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder)))
         final = folder.commit()
     except BaseException:
         folder.discard()
         raise
     return final, plan
+
+
+def print_summary(plan_path: str) -> None:
+    """The end-of-run summary on stdout (before the flow's `plan:` line)."""
+    path = Path(plan_path)
+    print(summary_text(json.loads(path.read_text()), str(path.with_name("plan.md"))), flush=True)

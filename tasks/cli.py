@@ -10,6 +10,7 @@ from typing import Callable
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.settings import Settings
+from tasks.cli_help import composed_yaml, flow_help, parse_flags, prog_name
 from tasks.compose import load_settings
 from tasks.environment import configure
 
@@ -20,7 +21,14 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
         logging.getLogger("prefect").setLevel(logging.CRITICAL)
         logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."
     try:
+        argv, request = parse_flags(argv)      # --help, --cfg job
+        if request == "help":
+            print(flow_help(body.__globals__.get("__doc__"), prog_name(body.__globals__.get("__file__"))))
+            return 0
         s, raw = load_settings(argv)
+        if request == "cfg":
+            print(composed_yaml(raw))
+            return 0
         configure(s)
         last_line = body(s, raw)
     except MetaInferError as exc:

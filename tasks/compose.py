@@ -2,6 +2,7 @@
 and validation into Settings. Every failure becomes one MetaInferError paragraph."""
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -26,6 +27,34 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def _did_you_mean(word: str, known) -> str:
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+def _known_keys(overrides: list[str]) -> set[str]:
+    """Every dotted key of the configuration the overrides' group choices compose (empty if even
+    that fails)."""
+    pairs = [o.partition("=")[::2] for o in overrides]
+    choices = [f"{g}={v}" for g, v in pairs if g in GROUPS and v in options(g)]
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            tree = OmegaConf.to_container(compose("config", overrides=choices), resolve=False)
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return set()
+    finally:
+        GlobalHydra.instance().clear()
+    keys, todo = set(), [("", tree)]
+    while todo:
+        prefix, node = todo.pop()
+        for k, v in node.items():
+            keys.add(prefix + str(k))
+            if isinstance(v, dict):
+                todo.append((f"{prefix}{k}.", v))
+    return keys
+
+
 def _explain(exc: Exception, overrides: list[str]) -> str:
     causes = [exc] + ([exc.__cause__] if exc.__cause__ else [])
     text = " ".join(str(c).strip().splitlines()[0].rstrip(".") for c in causes if str(c).strip()) or type(exc).__name__
@@ -33,8 +62,15 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
         for o in overrides:
             key, _, value = o.partition("=")
             if key.lstrip("+~") == group and value and value not in options(group):
-                return (f"Unknown {group} option {value!r}. Available: {', '.join(options(group))} "
-                        f"(files in conf/{group}/).")
+                return (f"Unknown {group} option {value!r}.{_did_you_mean(value, options(group))} Available: "
+                        f"{', '.join(options(group))} (files in conf/{group}/).")
+    known = _known_keys(overrides)
+    for o in overrides:
+        key = o.partition("=")[0]
+        if known and "=" in o and not key.startswith(("+", "~", "hydra.")) and key not in known:
+            return (f"Unknown setting {key!r}: no config group or key has that name.{_did_you_mean(key, known)} "
+                    "--help lists the groups and settings, --cfg job prints every key with its value "
+                    "(add a new key on purpose with +key=value).")
     return f"Cannot compose the configuration from {overrides}: {text}. Overrides look like key=value " \
            f"(e.g. target=fpga weights=embedded model.path=net.onnx)."
 

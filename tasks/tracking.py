@@ -12,9 +12,14 @@ from mlflow.tracking import MlflowClient
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.plan import rewrite_json
+from metainfer_core.plan_report import plan_name, speedup
 from metainfer_core.settings import Settings
 
 ACTIVE = "active"
+# settings that do not define an adapt run (other flows' inputs): not logged as its params
+NOT_ADAPT = ("feedback", "reprofile", "task_runner", "models", "targets", "debug")
+# the MLflow UI opens an experiment in its model-training view (not the GenAI one) with this tag
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
@@ -58,7 +63,8 @@ def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
         return exp.experiment_id
     remote = s.tracking.mlflow_uri.startswith(("http://", "https://"))
     return client.create_experiment(
-        name, artifact_location=None if remote else (Path(s.paths.artifacts) / "mlflow-artifacts").as_uri())
+        name, artifact_location=None if remote else (Path(s.paths.artifacts) / "mlflow-artifacts").as_uri(),
+        tags=dict([EXPERIMENT_KIND]))
 
 
 def experiment_name(s: Settings, model_name: str) -> str:
@@ -71,7 +77,8 @@ def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     exp_id = _experiment_id(client, s, name)
     run = client.create_run(exp_id, run_name=run_name, tags={"model": model_name, "target": s.target.name,
                                                              "measurement": s.target.measurement})
-    params = _params({k: v for k, v in _flatten(raw).items() if not k.startswith("target.spec.")})
+    params = _params({k: v for k, v in _flatten({k: v for k, v in raw.items() if k not in NOT_ADAPT}).items()
+                      if not k.startswith("target.spec.")})
     params += _params({f"target.spec.{k}": v for k, v in s.target.spec.items()})
     for i in range(0, len(params), 100):
         client.log_batch(run.info.run_id, params=params[i:i + 100])
@@ -89,7 +96,12 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
             RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"]),
             RunTag("active_version", str(plan["registry"]["active_version"])),
-            RunTag("execution_path", (plan.get("execution_path") or {}).get("label", "onnxruntime"))]
+            RunTag("execution_path", (plan.get("execution_path") or {}).get("label", "onnxruntime")),
+            RunTag("plan", plan_name(plan["actions"])),         # the chosen actions, as the runs table shows them
+            RunTag("actions", ",".join(a["kind"] for a in plan["actions"]) or "none"),
+            RunTag("warnings", mask_secrets("; ".join(plan.get("warnings") or []))[:5000] or "none")]
+    if (folder / "plan.md").is_file():      # the run's description in the MLflow UI
+        tags.append(RunTag("mlflow.note.content", (folder / "plan.md").read_text()[:8000]))
     metrics = []
     for section in ("predicted", "measured", "baseline", "timings"):
         for k, v in (plan.get(section) or {}).items():
@@ -98,12 +110,25 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     if plan["measured"].get("latency_ms") and plan["baseline"].get("latency_ms"):
         metrics.append(Metric("speedup", plan["baseline"]["latency_ms"] / plan["measured"]["latency_ms"], 0, 0))
     metrics.append(Metric("n_actions", float(len(plan["actions"])), 0, 0))
+    metrics.append(Metric("n_warnings", float(len(plan.get("warnings") or [])), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)
+    client.update_run(run_id, name=run_title(plan, folder.name))
     for f in sorted(folder.iterdir()):
         if f.name != "model.onnx":
             client.log_artifact(run_id, str(f))
     client.set_terminated(run_id, "FINISHED")
     return plan
+
+
+def run_title(plan: dict, folder_name: str) -> str:
+    """The MLflow run name once the run is done: what it decided first (the runs table cuts long
+    names), then model@target and plan, then the run folder's time and id, which keep it unique."""
+    sp = speedup(plan)
+    gain = f" {sp:.2f}x" if sp and plan["decision"] == "adapted" else ""
+    parts = folder_name.split("-")         # <date>-<time>-<model>-<target>-<id>
+    stamp = f"{parts[1]}-{parts[-1]}" if len(parts) > 2 else folder_name
+    return (f"{plan['decision']}{gain} {plan['model']['name']}@{plan['target']['name']} "
+            f"{plan_name(plan['actions'])} {stamp}")
 
 
 def fail_run(s: Settings, run_id: str, message: str) -> None:

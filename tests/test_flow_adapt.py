@@ -2,10 +2,14 @@
 MLflow run; and bad input failing with one paragraph, a non-zero exit and nothing written."""
 from __future__ import annotations
 
+import json
+import sqlite3
+
 import onnx
 import pytest
 from mlflow.tracking import MlflowClient
 
+from metainfer_core.plan_report import plan_name
 from metainfer_core.zoo import build
 
 PLAN_FIELDS = ["schema", "model", "target", "fingerprint_version", "weights", "decision", "reason", "actions",
@@ -32,8 +36,17 @@ def _check_contract(plan: dict, tmp_path) -> None:
     assert run.data.tags["fingerprint_version"] == plan["fingerprint_version"]
     assert run.data.tags["firmware"] == plan["target"]["firmware"]
     assert run.data.params["weights.name"] and "baseline.latency_ms" in run.data.metrics
+    assert not [k for k in run.data.params if k.split(".")[0] in ("feedback", "reprofile", "task_runner", "models")]
+    assert run.data.tags["plan"] == plan_name(plan["actions"])
+    assert run.data.metrics["n_warnings"] == len(plan["warnings"])
+    assert run.data.tags["actions"] == (",".join(a["kind"] for a in plan["actions"]) or "none")
+    assert run.data.tags["mlflow.note.content"].startswith("# ")       # plan.md as the run's description
+    assert run.info.run_name.startswith(f"{plan['decision']} ") and f"{plan['model']['name']}@" in run.info.run_name
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment(run.info.experiment_id)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"     # the model-training view
     names = {a.path for a in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").list_artifacts(run.info.run_id)}
-    assert {"plan.json", "model.onnx", "feature_map.json"} <= names
+    assert {"plan.json", "plan.md", "model.onnx", "feature_map.json"} <= names
 
 
 @pytest.mark.slow
@@ -46,6 +59,37 @@ def test_design_card_command_on_fpga(run_flow, tmp_path):
     assert plan["weights"]["name"] == "embedded"
     assert plan["decision"] == "adapted" and plan["actions"]        # the default is far from best on an fpga
     assert plan["measured"]["latency_ms"] < plan["baseline"]["latency_ms"]
+    _check_readable(res, plan)
+    # the Prefect flow run, as its UI lists it: named like the run folder, tagged, plan.md as an artifact
+    db = sqlite3.connect(tmp_path / "prefect" / "prefect.db")
+    runs = {name: json.loads(tags) for name, tags in db.execute("select name, tags from flow_run")}
+    assert runs == {res.plan_path.parent.name: ["model:resnet_tiny", "target:fpga"]}
+    assert db.execute("select key, type from artifact").fetchall() == [("plan-resnet-tiny-fpga", "markdown")]
+
+
+def _check_readable(res, plan: dict) -> None:
+    """The summary ending stdout and plan.md say what was done, by how much, and why."""
+    name, speedup = plan_name(plan["actions"]), plan["baseline"]["latency_ms"] / plan["measured"]["latency_ms"]
+    assert "int8" in name and "candidate" not in name
+    out = res.stdout.strip().splitlines()
+    start = out.index(f"resnet_tiny on fpga (modeled): adapted, {speedup:.2f}x faster - {name}")
+    summary = "\n".join(out[start:])
+    assert f"{speedup:.2f}x faster" in summary and "latency p90 (ms)" in summary and "peak memory" in summary
+    assert "why: candidate" in summary and f"({name})" in summary and "stages: normalize" in summary
+    assert out[-2] == f"report: {res.plan_path.with_name('plan.md')}"
+    md = res.plan_path.with_name("plan.md").read_text()
+    assert md.startswith(f"# resnet_tiny on fpga (modeled): adapted, {speedup:.2f}x faster - {name}")
+    for section in ("## What changed", "## Default vs chosen", "## Candidates verified", "## Warnings",
+                    "## Stage times"):
+        assert section in md
+    for title, png in (("Latency vs accuracy loss", "latency_vs_loss.png"),
+                       ("Predicted vs measured latency", "predicted_vs_measured.png")):
+        assert f"![{title}]({png})" in md
+        assert res.plan_path.with_name(png).read_bytes().startswith(b"\x89PNG")
+    verdicts = [c["verdict"] for c in plan["candidates"]]
+    assert sum(v.startswith("chosen") for v in verdicts) == 1 and all(v in md for v in verdicts)
+    assert plan["measured"]["p90_ms"] >= plan["measured"]["latency_ms"]
+    assert not [w for w in plan["warnings"] if w.startswith(("memory:", "predictor:"))]     # fits, predicted well
 
 
 @pytest.mark.slow

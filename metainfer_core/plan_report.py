@@ -1,0 +1,271 @@
+"""plan.json for people: the terminal summary after adapt and the run folder's plan.md, both
+rendered from plan.json's content alone (so an old run folder renders the same way), and the
+chosen plan named by what its actions do."""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable
+
+def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
+    return sep.join(w for w, on in zip(words, (p.get("order") == "memory", bool(p.get("double_buffer")))) if on)
+
+
+_INT8 = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)
+
+
+# kind -> (short name, from the step's params; what it does in words)
+_WORDS: dict[str, tuple[Callable[[dict], str], Callable[[dict], str]]] = {
+    "int8": (lambda p: f"int8 {_INT8.get(p.get('activation_type'), '?')}{_INT8.get(p.get('weight_type'), '?')}",
+             lambda p: f"quantize to int8, static QDQ calibrated with {p.get('calibrate_method', 'MinMax')} "
+                       f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
+                       f"per-channel {p.get('per_channel', '?')})"),
+    "int8_dynamic": (lambda p: "int8 dynamic",
+                     lambda p: f"quantize MatMul/Gemm weights to {p.get('weight_type', 'int8')} with activation "
+                               "scales computed at run time"),
+    "fp16": (lambda p: "fp16", lambda p: "compute in float16 (inputs and outputs stay float32)"),
+    "bf16": (lambda p: "bf16", lambda p: "compute in bfloat16 (fp32 accumulation)"),
+    "fuse_chain": (lambda p: "fused layers" if p.get("span") == "layers" else "fused epilogues",
+                   lambda p: (f"fuse consecutive layers into streaming kernels of up to {p.get('max_depth')} ops"
+                              if p.get("span") == "layers" else
+                              f"fuse each Conv/MatMul/Gemm with its element-wise epilogue into one kernel of up to "
+                              f"{p.get('max_depth')} ops")),
+    "conv_bn_fusion": (lambda p: "BN folded", lambda p: "fold BatchNormalization into the Conv before it"),
+    "conv_merge": (lambda p: "convs merged",
+                   lambda p: "merge sibling convolutions that read the same input into one" if p.get("pattern") ==
+                   "siblings" else "merge a convolution with the 1x1 convolution after it"),
+    "layout": (lambda p: "NHWC", lambda p: f"run in the channels-last layout {p.get('layout', 'NHWC')}"),
+    "transpose_cancel": (lambda p: "transposes cancelled", lambda p: "cancel back-to-back Transposes"),
+    "memory_reuse": (lambda p: f"{p.get('strategy')} buffer reuse",
+                     lambda p: f"share activation buffers ({p.get('strategy')} arena offsets)"),
+    "schedule": (lambda p: _schedule(p, ("memory-aware order", "double buffering")) or "schedule",
+                 lambda p: _schedule(p, ("reorder kernels to lower the peak memory",
+                                         "overlap host-device transfers with compute"), "; ") or "keep the schedule"),
+    "tiling": (lambda p: f"{p.get('tiles')} {p.get('axis')} tiles",
+               lambda p: f"run the chain as {p.get('tiles')} executions on tiles split along the {p.get('axis')}"),
+    "binding": (lambda p: f"{p.get('runtime')} {p.get('precision')}",
+                lambda p: f"run the whole graph on {p.get('runtime')}, computing in {p.get('precision')}"),
+}
+
+
+def _params_text(step: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in (step.get("params") or {}).items())
+
+
+def action_name(step: dict) -> str:
+    words = _WORDS.get(step.get("kind", ""))
+    return words[0](step.get("params") or {}) if words else step.get("kind", "?")
+
+
+def action_words(step: dict) -> str:
+    """What one step does, in words (an action this module does not know: its kind and params)."""
+    words = _WORDS.get(step.get("kind", ""))
+    if words is None:
+        return f"{step.get('kind', '?')} ({_params_text(step)})"
+    return words[1](step.get("params") or {})
+
+
+def action_where(step: dict, shown: int = 4) -> str:
+    nodes = step.get("nodes") or []
+    if not nodes:
+        return "the whole graph" + (f" ({step['scope']})" if step.get("scope") not in (None, "", "all") else "")
+    names = ", ".join(nodes[:shown]) + (", ..." if len(nodes) > shown else "")
+    scope = step.get("scope")
+    scope_text = {"all": "", "compute": " (Conv/MatMul/Gemm)", "matmul": " (MatMul/Gemm)"}.get(scope, f" ({scope})")
+    return f"{len(nodes)} node{'s' if len(nodes) != 1 else ''}{scope_text}: {names}"
+
+
+def plan_name(actions: list[dict]) -> str:
+    """The plan by what it does: "int8 + fused epilogues"; "default (unchanged)" without actions."""
+    names = list(dict.fromkeys(action_name(a) for a in actions))
+    return " + ".join(names) if names else "default (unchanged)"
+
+
+# --- numbers ---------------------------------------------------------------------------------
+
+def _ok(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _ms(x: Any) -> str:
+    return f"{x:.4g}" if _ok(x) else "-"
+
+
+def human_bytes(x: Any) -> str:
+    if not _ok(x):
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if x >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{int(x)} B"
+
+
+def _loss(x: Any) -> str:
+    return ("0" if x < 1e-12 else f"{x:.3g}") if _ok(x) else "-"
+
+
+def _ratio(default: Any, chosen: Any, lower_is: str = "faster") -> str:
+    if not (_ok(default) and _ok(chosen)) or chosen <= 0 or default <= 0:
+        return ""
+    if abs(chosen / default - 1) < 0.005:
+        return "same"
+    if lower_is == "faster":
+        return f"{default / chosen:.2f}x {'faster' if chosen < default else 'slower'}"
+    return f"{(chosen - default) / default:+.0%}"
+
+
+def speedup(plan: dict) -> float | None:
+    d, c = (plan.get("baseline") or {}).get("latency_ms"), (plan.get("measured") or {}).get("latency_ms")
+    return d / c if _ok(d) and _ok(c) and c > 0 else None
+
+
+def comparison_rows(plan: dict) -> list[tuple[str, str, str, str]]:
+    """(what, default, chosen, change): the default plan against the plan the run keeps."""
+    b, m, p = plan.get("baseline") or {}, plan.get("measured") or {}, plan.get("predicted") or {}
+    return [
+        ("latency median (ms)", _ms(b.get("latency_ms")), _ms(m.get("latency_ms")),
+         _ratio(b.get("latency_ms"), m.get("latency_ms"))),
+        ("latency p90 (ms)", _ms(b.get("p90_ms")), _ms(m.get("p90_ms")), _ratio(b.get("p90_ms"), m.get("p90_ms"))),
+        ("predicted latency (ms)", _ms(b.get("predicted_latency_ms")), _ms(p.get("latency_ms")), ""),
+        ("peak memory", human_bytes(b.get("peak_mem_bytes")), human_bytes(m.get("peak_mem_bytes")),
+         _ratio(b.get("peak_mem_bytes"), m.get("peak_mem_bytes"), "memory")),
+        ("predicted peak memory", human_bytes(b.get("predicted_peak_mem_bytes")), human_bytes(p.get("peak_mem_bytes")),
+         ""),
+        ("accuracy loss", _loss(b.get("accuracy_loss")), _loss(m.get("accuracy_loss")),
+         f"bound {plan.get('accuracy_bound')}" if plan.get("accuracy_bound") is not None else ""),
+        ("compile (s)", _ms(b.get("compile_s")), _ms(m.get("compile_s")), ""),
+    ]
+
+
+STAGES = ("normalize", "profile", "train", "search", "verify", "compile", "total")
+
+
+def stage_text(plan: dict) -> str:
+    t = plan.get("timings") or {}
+    parts = [f"{k} {t[f'{k}_s']:.1f} s" for k in STAGES if _ok(t.get(f"{k}_s"))]
+    total = (plan.get("budget") or {}).get("total_s")
+    return " | ".join(parts) + (f" (budget {total:g} s)" if _ok(total) else "")
+
+
+def named_reason(plan: dict) -> str:
+    """plan.json's reason with each candidate's label followed by its plan's name, the first time."""
+    names = {c.get("label"): plan_name(c.get("actions") or []) for c in plan.get("candidates") or []}
+    seen: set[str] = set()
+
+    def name(m: re.Match) -> str:
+        label = m.group(0)
+        if label not in names or label in seen:
+            return label
+        seen.add(label)
+        return f"{label} ({names[label]})"
+    return re.sub(r"\bcandidate\d+\b", name, str(plan.get("reason")))
+
+
+def _chosen_label(plan: dict) -> str | None:
+    return next((c["label"] for c in plan.get("candidates") or [] if (c.get("verdict") or "").startswith("chosen")),
+                None)
+
+
+def headline(plan: dict) -> str:
+    model, target = plan.get("model") or {}, plan.get("target") or {}
+    sp = speedup(plan)
+    gain = f", {sp:.2f}x faster" if sp and plan.get("decision") == "adapted" else ""
+    return (f"{model.get('name')} on {target.get('name')} ({target.get('measurement')}): {plan.get('decision')}{gain}"
+            f" - {plan_name(plan.get('actions') or [])}")
+
+
+# --- plain text (terminal) -------------------------------------------------------------------
+
+def _kept(plan: dict) -> str:
+    return "chosen" if plan.get("decision") == "adapted" else "kept"
+
+
+def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)        # noqa: E731
+                               for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+    return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
+
+
+def summary_text(plan: dict, report_path: str | None = None) -> str:
+    """The end-of-run summary: what was done, default vs chosen, why, stage times, warnings."""
+    lines = [headline(plan)]
+    for i, a in enumerate(plan.get("actions") or [], 1):
+        lines += [""] * (i == 1) + [f"  {i}. {action_words(a)}; on {action_where(a, 3)}"]
+    lines += ["", text_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), ""]
+    lines.append(f"why: {named_reason(plan)}")
+    lines.append(f"stages: {stage_text(plan)}")
+    for w in plan.get("warnings") or []:
+        lines.append(f"WARNING: {w}")
+    if report_path:
+        lines.append(f"report: {report_path}")
+    return "\n".join(lines)
+
+
+# --- Markdown (plan.md) ----------------------------------------------------------------------
+
+def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    esc = lambda c: str(c).replace("|", "\\|").replace("\n", " ")      # noqa: E731
+    return ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header),
+            *["| " + " | ".join(map(esc, r)) + " |" for r in rows]]
+
+
+def _candidate_rows(plan: dict) -> list[tuple[str, ...]]:
+    b = plan.get("baseline") or {}
+    rows = [("default", "default (unchanged)", _ms(b.get("predicted_latency_ms")), _ms(b.get("latency_ms")),
+             human_bytes(b.get("predicted_peak_mem_bytes")), human_bytes(b.get("peak_mem_bytes")),
+             _loss(b.get("accuracy_loss")), "the baseline every plan is timed against")]
+    for c in plan.get("candidates") or []:
+        m = c.get("measured") or {}
+        verdict = c.get("verdict") or (f"failed: {c['error']}" if c.get("error") else "-")
+        rows.append((c.get("label", "?"), plan_name(c.get("actions") or []), _ms(c.get("predicted_latency_ms")),
+                     _ms(m.get("latency_ms")), human_bytes(c.get("predicted_peak_mem_bytes")),
+                     human_bytes(m.get("peak_mem_bytes")), _loss(m.get("accuracy_loss")), verdict))
+    return rows
+
+
+def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
+    """plan.md: the decision and why, the actions in words and where they apply, default vs
+    chosen, every verified candidate (predicted vs measured, verdict), `plots` ((title, file
+    beside plan.md) each), warnings, stage times."""
+    target, pred = plan.get("target") or {}, plan.get("predictor") or {}
+    chosen = _chosen_label(plan)
+    out = [f"# {headline(plan)}", "",
+           f"**Decision:** {plan.get('decision')}" + (f" ({chosen})" if chosen else "") + ". "
+           f"**Why:** {named_reason(plan)}", ""]
+    if target.get("note"):
+        out += [f"*{target['note']}.*", ""]
+    out += ["## What changed", ""]
+    actions = plan.get("actions") or []
+    steps = [(str(i), a.get("kind", "?"), action_words(a), action_where(a)) for i, a in enumerate(actions, 1)]
+    out += _md_table(("#", "action", "what it does", "where"), steps) if actions else \
+        ["Nothing: the model runs as the default plan (the normalized graph on the default path)."]
+    out += ["", f"## Default vs {_kept(plan)}", "",
+            *_md_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), ""]
+    out += ["## Candidates verified", "",
+            "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs).", ""]
+    out += _md_table(("plan", "actions", "predicted ms", "measured ms", "predicted memory", "measured memory",
+                      "accuracy loss", "verdict"), _candidate_rows(plan))
+    for title, file in plots:
+        out += ["", f"![{title}]({file})"]
+    out += ["", "## Warnings", ""] + ([f"- {w}" for w in plan.get("warnings") or []] or ["None."])
+    budget = plan.get("budget") or {}
+    timings = plan.get("timings") or {}
+    allowed = budget.get("allowed_s") or {}
+    out += ["", "## Stage times", ""]
+    out += _md_table(("stage", "seconds", "allowed by the budget (s)"),
+                     [(k, f"{timings[f'{k}_s']:.2f}", f"{allowed[k]:.0f}" if _ok(allowed.get(k)) else "-")
+                      for k in STAGES if _ok(timings.get(f"{k}_s"))])
+    if _ok(budget.get("total_s")):
+        out += ["", f"Budget: {budget['total_s']:g} s in all."]
+    search = plan.get("search") or {}
+    out += ["", "## Run", "",
+            f"- target: {target.get('name')} ({target.get('measurement')}), firmware {target.get('firmware')}, "
+            f"driver {target.get('driver')}, runtime {target.get('runtime')}",
+            f"- fingerprint version: {plan.get('fingerprint_version')}; predictor: {pred.get('n_records')} records, "
+            f"validation MAPE {_loss(pred.get('val_mape'))}",
+            f"- search: {search.get('evaluated', '-')} candidates scored over {search.get('levels', '-')} levels"
+            + (", stopped by the budget" if search.get("stopped_by_budget") else ""),
+            f"- model: {(plan.get('model') or {}).get('source')}, sha256 {(plan.get('model') or {}).get('sha256')}",
+            f"- artifact: {plan.get('artifact')}", f"- MLflow run: {plan.get('mlflow_run_id')}", ""]
+    return "\n".join(out)

@@ -1,0 +1,125 @@
+"""What a person reads of a run: the terminal summary and plan.md rendered from plan.json
+(metainfer_core.plan_report), and the warnings for problems a run would otherwise keep quiet
+about (metainfer_core.run_warnings). The adapt flow's own output is checked end to end in
+test_flow_adapt.py."""
+from __future__ import annotations
+
+from metainfer_core.actions import ACTIONS
+from metainfer_core.plan import silent_problems
+from metainfer_core.plan_plots import write_plots
+from metainfer_core.plan_report import action_name, action_words, plan_markdown, plan_name, summary_text
+from metainfer_core.run_warnings import default_memory, predictor_error
+from metainfer_core.search.candidate import Candidate
+from metainfer_core.stages import SearchOutcome, VerifyOutcome, make_backend
+from metainfer_core.verify import Verified
+from metainfer_core.zoo import build
+
+
+def test_every_action_is_put_in_words():
+    for kind, action in ACTIONS.items():
+        step = {"kind": kind, "nodes": [], "scope": "all", "params": action.with_defaults({})}
+        words, name = action_words(step), action_name(step)
+        assert not words.startswith(kind) and "None" not in words and "None" not in name, (kind, words, name)
+    step = {"kind": "teleport", "nodes": ["a"], "scope": "all", "params": {"speed": 3}}
+    assert action_words(step) == "teleport (speed=3)"          # an extension's action: its kind and params
+    assert plan_name([]) == "default (unchanged)"
+
+
+def _step(kind: str, **params) -> dict:
+    return {"kind": kind, "nodes": [f"Conv_{i}" for i in range(7)], "scope": params.get("scope", "all"),
+            "params": ACTIONS[kind].with_defaults(params)}
+
+
+ROLLED_BACK = {
+    "model": {"name": "net", "source": "file:net.onnx", "sha256": "0" * 64},
+    "target": {"name": "cpu", "measurement": "measured", "firmware": "x86", "driver": "-", "runtime": "ort"},
+    "decision": "rolled_back", "accuracy_bound": 0.01, "actions": [],
+    "reason": "candidate1 loses 0.2 accuracy (bound 0.01); candidate2 pays (1.10x) but scores 0.95",
+    "predicted": {"latency_ms": 2.0, "peak_mem_bytes": 3 * 2**20, "accuracy_loss": 0.0},
+    "measured": {"latency_ms": 2.1, "p90_ms": 2.3, "peak_mem_bytes": 3 * 2**20, "accuracy_loss": 0.0},
+    "baseline": {"latency_ms": 2.1, "p90_ms": 2.3, "peak_mem_bytes": 3 * 2**20, "accuracy_loss": 0.0,
+                 "compile_s": 0.1, "predicted_latency_ms": 2.0, "predicted_peak_mem_bytes": 3 * 2**20},
+    "candidates": [
+        {"label": "candidate1", "actions": [_step("int8")], "predicted_latency_ms": 1.0,
+         "measured": {"latency_ms": 1.2, "peak_mem_bytes": 2**20, "accuracy_loss": 0.2},
+         "verdict": "loses 0.2 accuracy (bound 0.01)", "error": None},
+        {"label": "candidate2", "actions": [_step("layout"), _step("fuse_chain")], "predicted_latency_ms": 1.8,
+         "measured": {"latency_ms": 1.9}, "verdict": None, "error": "RuntimeError: no kernel"},
+    ],
+    "warnings": ["predictor: off by more than 2x"],
+    "timings": {"normalize_s": 0.1, "profile_s": 3.0, "search_s": 1.0, "verify_s": 2.0, "total_s": 6.5},
+    "budget": {"total_s": 240.0, "allowed_s": {"profile": 70.0}},
+}
+
+
+def test_summary_of_a_rolled_back_plan():
+    text = summary_text(ROLLED_BACK, "runs/x/plan.md")
+    assert text.splitlines()[0] == "net on cpu (measured): rolled_back - default (unchanged)"
+    assert "kept" in text.splitlines()[2] and "same" in text           # the default kept: no gain claimed
+    assert "candidate1 (int8 u8s8) loses" in text and "candidate2 (NHWC + fused epilogues) pays" in text
+    assert "WARNING: predictor: off by more than 2x" in text and text.endswith("report: runs/x/plan.md")
+    assert "profile 3.0 s" in text and "(budget 240 s)" in text
+
+
+def test_markdown_of_a_rolled_back_plan():
+    md = plan_markdown(ROLLED_BACK)
+    assert md.startswith("# net on cpu (measured): rolled_back")
+    assert "Nothing: the model runs as the default plan" in md
+    rows = [ln for ln in md.splitlines() if ln.startswith("| candidate")]
+    assert rows[0].startswith("| candidate1 | int8 u8s8 | 1 | 1.2 | - | 1 MiB | 0.2 | loses 0.2 accuracy")
+    assert rows[1].endswith("| failed: RuntimeError: no kernel |")
+    assert "- predictor: off by more than 2x" in md and "| profile | 3.00 | 70 |" in md
+
+
+def test_adapted_plan_says_what_changed_where():
+    plan = dict(ROLLED_BACK, decision="adapted", actions=[_step("int8", scope="compute"), _step("tiling")],
+                measured={"latency_ms": 1.05, "peak_mem_bytes": 2**20, "accuracy_loss": 0.004}, warnings=[])
+    text, md = summary_text(plan), plan_markdown(plan)
+    assert text.splitlines()[0] == "net on cpu (measured): adapted, 2.00x faster - int8 u8s8 + 4 height tiles"
+    assert "2.00x faster" in text and "-67%" in text and "0.004" in text
+    assert "| 1 | int8 | quantize to int8" in md
+    assert "7 nodes (Conv/MatMul/Gemm): Conv_0, Conv_1, Conv_2, Conv_3, ..." in md
+    assert "| 2 | tiling | run the chain as 4 executions on tiles split along the height |" in md
+    assert "## Warnings\n\nNone." in md
+
+
+def test_default_memory_warning():
+    assert default_memory(900, 1000, None, True) is None
+    w = default_memory(3 * 2**20, 2**20, 512 * 2**10, True)
+    assert w.startswith("memory: the default plan needs 3 MiB (measured peak), over the device's 1 MiB")
+    assert w.endswith("the chosen plan needs 512 KiB and fits")
+    assert "keeps the default, which does not fit" in default_memory(3 * 2**20, 2**20, None, False)
+
+
+def test_predictor_error_warning():
+    assert predictor_error([("default", 3.0, 3.1), ("candidate1", 1.0, 1.9)]) is None
+    w = predictor_error([("default", 3.0, 3.1), ("candidate1", 5.4, 10.3), ("candidate2", 5.4, 35.4)])
+    assert w.startswith("predictor: off by more than 2x on 1 of the 3 plans")
+    assert "candidate2 predicted 5.4 ms, measured 35.4 ms, 6.6x" in w
+    assert predictor_error([("candidate1", float("nan"), 2.0), ("candidate2", 1.0, None)]) is None
+
+
+def test_plan_warnings_from_the_stage_outputs(settings_for):
+    """The npu's 96 KiB cannot hold resnet_tiny's default; a candidate predicted 4x too fast."""
+    info = make_backend(settings_for("target=npu")).info
+    model = build("mlp")
+    default = Candidate(model, latency_ms=2.0, peak_mem_bytes=704 * 2**10)
+    plan = Candidate(model, latency_ms=0.5, peak_mem_bytes=64 * 2**10)
+    verified = VerifyOutcome(Verified("default", 2.1, 2.2, 704 * 2**10, 0.0),
+                             [Verified("candidate1", 2.0, 2.1, 64 * 2**10, 0.001)], [plan], [], 0.0)
+    warnings = silent_problems(info, SearchOutcome(None, default=default), verified,
+                               {"peak_mem_bytes": 64 * 2**10})
+    assert len(warnings) == 2
+    assert warnings[0].startswith("memory: the default plan needs 704 KiB (measured peak)")
+    assert warnings[0].endswith("the chosen plan needs 64 KiB and fits")
+    assert "candidate1 predicted 0.5 ms, measured 2 ms, 4.0x" in warnings[1]
+    fits = SearchOutcome(None, default=Candidate(model, latency_ms=1.0, peak_mem_bytes=2**10))
+    assert silent_problems(info, fits, None, None) == []
+
+
+def test_plots_of_a_plan(tmp_path):
+    written = write_plots(ROLLED_BACK, tmp_path)
+    assert [f for _, f in written] == ["latency_vs_loss.png", "predicted_vs_measured.png"]
+    assert all((tmp_path / f).read_bytes().startswith(b"\x89PNG") for _, f in written)
+    md = plan_markdown(ROLLED_BACK, written)
+    assert "![Latency vs accuracy loss](latency_vs_loss.png)" in md
