@@ -16,10 +16,14 @@ _INT8 = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 
 
 # kind -> (short name, from the step's params; what it does in words)
 _WORDS: dict[str, tuple[Callable[[dict], str], Callable[[dict], str]]] = {
-    "int8": (lambda p: f"int8 {_INT8.get(p.get('activation_type'), '?')}{_INT8.get(p.get('weight_type'), '?')}",
-             lambda p: f"quantize to int8, static QDQ calibrated with {p.get('calibrate_method', 'MinMax')} "
-                       f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
-                       f"per-channel {p.get('per_channel', '?')})"),
+    "int8": (lambda p: ("int8 OpenVINO form" if p.get("placement") == "inputs" else
+                        f"int8 {_INT8.get(p.get('activation_type'), '?')}{_INT8.get(p.get('weight_type'), '?')}"),
+             lambda p: (f"quantize to int8 in OpenVINO's form (only what quantized ops read; symmetric activations, "
+                        f"{p.get('weight_type', '?')} weights, float outputs), calibrated with "
+                        f"{p.get('calibrate_method', 'MinMax')}, run on OpenVINO" if p.get("placement") == "inputs" else
+                        f"quantize to int8, static QDQ calibrated with {p.get('calibrate_method', 'MinMax')} "
+                        f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
+                        f"per-channel {p.get('per_channel', '?')})")),
     "int8_dynamic": (lambda p: "int8 dynamic",
                      lambda p: f"quantize MatMul/Gemm weights to {p.get('weight_type', 'int8')} with activation "
                                "scales computed at run time"),
