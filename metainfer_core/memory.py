@@ -2,7 +2,8 @@
 policy that lays the live tensors out in one arena.
 
 Weights stay resident, unless the device streams them from external memory: then only the
-running kernel's weights occupy device memory (`streamed_weights`: the largest kernel's). An activation
+running kernel's weights occupy device memory (`streamed_weights`: the largest kernel's; with
+double buffering the next kernel's load is in flight too: the largest consecutive pair's). An activation
 lives from the kernel that produces it until its last consumer has run (graph outputs until
 the end). Policies (a model may record its own in metadata `metainfer.memory_strategy`;
 otherwise the target's runtime default applies):
@@ -130,11 +131,14 @@ def _place_first_fit(bufs: list[Buffer]) -> int:
 
 def plan_memory(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_inputs: list[str],
                 strategy: str = DEFAULT_STRATEGY, graph_outputs: set[str] | None = None,
-                include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False) -> MemoryPlan:
+                include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False,
+                double_buffer: bool = False) -> MemoryPlan:
     if strategy not in STRATEGIES:
         raise ValueError(f"memory strategy {strategy!r} is not one of {STRATEGIES}")
     if streamed_weights:      # loaded kernel by kernel: the largest kernel's weights at a time
-        weights = max((sum(_size(infos[w]) for w in k.weights if w in infos) for k in kernels), default=0)
+        per = [sum(_size(infos[w]) for w in k.weights if w in infos) for k in kernels]
+        pairs = [a + b for a, b in zip(per, per[1:])] if double_buffer else []
+        weights = max(pairs or per or [0])
     else:
         weights = sum(_size(infos[w]) for w in {w for k in kernels for w in k.weights} if w in infos)
     bufs = buffers(kernels, infos, graph_inputs, graph_outputs)
@@ -154,6 +158,7 @@ def plan_memory(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_input
 
 def peak_memory_bytes(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_inputs: list[str],
                       strategy: str = DEFAULT_STRATEGY, graph_outputs: set[str] | None = None,
-                      include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False) -> int:
+                      include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False,
+                      double_buffer: bool = False) -> int:
     return plan_memory(kernels, infos, graph_inputs, strategy, graph_outputs, include_weights, extra_bytes,
-                       streamed_weights).peak_bytes
+                       streamed_weights, double_buffer).peak_bytes
