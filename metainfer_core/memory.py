@@ -162,3 +162,22 @@ def peak_memory_bytes(kernels: list[Kernel], infos: dict[str, TensorInfo], graph
                       double_buffer: bool = False) -> int:
     return plan_memory(kernels, infos, graph_inputs, strategy, graph_outputs, include_weights, extra_bytes,
                        streamed_weights, double_buffer).peak_bytes
+
+
+def peak_reason(plan: MemoryPlan, kernels: list[Kernel], limit: int) -> str:
+    """Which tensors make `plan`'s peak, in words: the step where the most activation bytes are
+    alive, the largest of them, and the weights held beside them."""
+    steps = max(len(kernels), 1)
+    live = [0] * steps
+    for b in plan.buffers:
+        for s in range(b.start, min(b.end, steps - 1) + 1):
+            live[s] += b.size
+    step = max(range(steps), key=lambda s: live[s])
+    at = sorted((b for b in plan.buffers if b.start <= step <= b.end), key=lambda b: (-b.size, b.name))
+    where = f"{kernels[step].op_type} kernel {kernels[step].node_names[0]!r}" if kernels else "the graph"
+    named = ", ".join(f"{b.name!r} ({b.size} B)" for b in at[:3])
+    single = at[0] if at else None
+    verdict = (f"tensor {single.name!r} alone ({single.size} B) is over the {limit} B limit"
+               if single is not None and single.size > limit else
+               f"together with {plan.weights_bytes} B of weights they exceed the {limit} B limit")
+    return f"at the {where}, {live[step]} B of activations are alive (the largest {named}); {verdict}"
