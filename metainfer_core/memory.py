@@ -177,7 +177,11 @@ def peak_reason(plan: MemoryPlan, kernels: list[Kernel], limit: int) -> str:
     where = f"{kernels[step].op_type} kernel {kernels[step].node_names[0]!r}" if kernels else "the graph"
     named = ", ".join(f"{b.name!r} ({b.size} B)" for b in at[:3])
     single = at[0] if at else None
+    heavy = max(kernels, key=lambda k: k.bytes_weights, default=None)
+    weights = f"{plan.weights_bytes} B of weights" + (
+        f" (the most one kernel reads: {heavy.bytes_weights} B, {heavy.weights[0]!r} of {heavy.op_type} kernel "
+        f"{heavy.node_names[0]!r})" if heavy is not None and heavy.weights else "")
     verdict = (f"tensor {single.name!r} alone ({single.size} B) is over the {limit} B limit"
                if single is not None and single.size > limit else
-               f"together with {plan.weights_bytes} B of weights they exceed the {limit} B limit")
+               f"together with {weights} they exceed the {limit} B limit")
     return f"at the {where}, {live[step]} B of activations are alive (the largest {named}); {verdict}"

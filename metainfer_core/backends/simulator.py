@@ -190,7 +190,8 @@ class SimulatedBackend(Backend):
         s = self.spec
         return TargetInfo(
             name=self.name, measurement="modeled", firmware=str(s["firmware"]), driver=str(s["driver"]),
-            runtime=f"meta-infer-simulator-2 (numerics: onnxruntime-{ort.__version__} CPU)",
+            # the cost model's version: a library's records measured under another one are not reused
+            runtime=f"meta-infer-simulator-3 (numerics: onnxruntime-{ort.__version__} CPU)",
             memory_limit_bytes=int(s["memory_limit_bytes"]),
             supported_ops=tuple(s["supported_ops"]) if s.get("supported_ops") is not None else None,
             dtypes=tuple(s["peak_gflops"]), quantization=tuple(s.get("quantization", [])),
