@@ -164,9 +164,11 @@ def peak_memory_bytes(kernels: list[Kernel], infos: dict[str, TensorInfo], graph
                        streamed_weights, double_buffer).peak_bytes
 
 
-def peak_reason(plan: MemoryPlan, kernels: list[Kernel], limit: int) -> str:
+def peak_reason(plan: MemoryPlan, kernels: list[Kernel], limit: int,
+                infos: dict[str, TensorInfo] | None = None) -> str:
     """Which tensors make `plan`'s peak, in words: the step where the most activation bytes are
-    alive, the largest of them, and the weights held beside them."""
+    alive, the largest of them, and the weights held beside them (the heaviest kernel's largest
+    weight tensor named, when `infos` gives the sizes)."""
     steps = max(len(kernels), 1)
     live = [0] * steps
     for b in plan.buffers:
@@ -178,9 +180,11 @@ def peak_reason(plan: MemoryPlan, kernels: list[Kernel], limit: int) -> str:
     named = ", ".join(f"{b.name!r} ({b.size} B)" for b in at[:3])
     single = at[0] if at else None
     heavy = max(kernels, key=lambda k: k.bytes_weights, default=None)
+    biggest = (max(heavy.weights, key=lambda w: _size(infos[w]) if infos and w in infos else 0)
+               if heavy is not None and heavy.weights else None)
     weights = f"{plan.weights_bytes} B of weights" + (
-        f" (the most one kernel reads: {heavy.bytes_weights} B, {heavy.weights[0]!r} of {heavy.op_type} kernel "
-        f"{heavy.node_names[0]!r})" if heavy is not None and heavy.weights else "")
+        f" (the most one kernel reads: {heavy.bytes_weights} B, chiefly {biggest!r}, in {heavy.op_type} kernel "
+        f"{heavy.node_names[0]!r})" if biggest is not None else "")
     verdict = (f"tensor {single.name!r} alone ({single.size} B) is over the {limit} B limit"
                if single is not None and single.size > limit else
                f"together with {weights} they exceed the {limit} B limit")

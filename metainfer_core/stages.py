@@ -454,7 +454,7 @@ def _peak_reason(model: onnx.ModelProto, info) -> str:
                        model_strategy(model, info.extra.get("memory_strategy", DEFAULT_STRATEGY)),
                        {o.name for o in model.graph.output},
                        streamed_weights=bool(info.extra.get("weights_streamed")))
-    return peak_reason(plan, kernels, info.memory_limit_bytes)
+    return peak_reason(plan, kernels, info.memory_limit_bytes, infos)
 
 
 def objective(s: Settings) -> Objective:
