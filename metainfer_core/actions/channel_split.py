@@ -46,7 +46,7 @@ def _out_axis(n: onnx.NodeProto, w: onnx.TensorProto) -> int | None:
     return None
 
 
-def splittable(model: onnx.ModelProto, n: onnx.NodeProto, inits: dict, producer, consumers) -> int | None:
+def splittable(n: onnx.NodeProto, inits: dict, producer, consumers) -> int | None:
     """The number of output channels of `n` when it can be split, else None."""
     if n.op_type not in OPS or len(n.input) < 2 or len(n.output) != 1:
         return None
@@ -60,8 +60,8 @@ def splittable(model: onnx.ModelProto, n: onnx.NodeProto, inits: dict, producer,
         return None
     if len(n.input) > 2 and n.input[2]:
         b, bdq = _const(inits, producer, consumers, n.input[2])
-        if b is None or (bdq is not None and not _sliceable_dq(bdq, inits, 0, 1)):
-            return None
+        if b is None or len(b.dims) > 1 or (bdq is not None and not _sliceable_dq(bdq, inits, 0, 1)):
+            return None         # a [1, N] or [M, N] Gemm bias is left alone
     return int(w.dims[axis])
 
 
@@ -86,7 +86,7 @@ def split_channels(model: onnx.ModelProto, node: str, tiles: int) -> onnx.ModelP
     n = next((m for m in g.node if m.name == node), None)
     if n is None:
         raise ValueError(f"no node {node}")
-    cout = splittable(out, n, inits, producer, consumers)
+    cout = splittable(n, inits, producer, consumers)
     if cout is None or cout < tiles:
         raise ValueError(f"{node} cannot be split into {tiles} output-channel blocks")
     w_init, w_dq = _const(inits, producer, consumers, n.input[1])
@@ -99,7 +99,7 @@ def split_channels(model: onnx.ModelProto, node: str, tiles: int) -> onnx.ModelP
     x_dq = producer.get(x) if producer.get(x) is not None and producer[x].op_type == "DequantizeLinear" else None
     y = n.output[0]
     users = consumers.get(y, [])
-    q = users[0] if len(users) == 1 and users[0].op_type == "QuantizeLinear" and \
+    q = users[0] if len(users) == 1 and users[0].op_type == "QuantizeLinear" and users[0].input[1] in inits and \
         math.prod(inits[users[0].input[1]].dims) == 1 and y not in {o.name for o in g.output} else None
     concat_axis = 1 if n.op_type in ("Conv", "Gemm") else -1
     bounds = np.linspace(0, cout, tiles + 1).round().astype(int)

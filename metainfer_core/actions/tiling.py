@@ -256,7 +256,7 @@ class Tiling(Action):
         producer, consumers = wiring(g)
         heavy = []
         for n in g.node:
-            cout = splittable(model, n, inits, producer, consumers)
+            cout = splittable(n, inits, producer, consumers)
             if cout is not None and cout >= 2 * params["tiles"]:
                 w = inits[n.input[1]] if n.input[1] in inits else inits[producer[n.input[1]].input[0]]
                 heavy.append((math.prod(w.dims) * onnx.helper.tensor_dtype_to_np_dtype(w.data_type).itemsize, n.name))
@@ -282,7 +282,8 @@ class Tiling(Action):
         return [Site(tuple(n.name for n in span), f"chain@{span[0].name}") for _, span in spans[:MAX_SITES]]
 
     def legal(self, model, site, params, target):
-        missing = missing_ops(target, "Concat") if params["axis"] == "channels" else missing_ops(target, "Slice", "Concat")
+        joins = ("Concat",) if params["axis"] == "channels" else ("Slice", "Concat")
+        missing = missing_ops(target, *joins)
         if missing:
             return f"target {target.name} has no {'/'.join(missing)} op to cut and join tiles"
         if opset_of(model) < 10:

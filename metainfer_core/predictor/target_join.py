@@ -147,8 +147,7 @@ def join(desc: dict, t: TargetSpec) -> dict:
     off = (t.preferred_layout is not None and parts[0] in LAYOUT_SENSITIVE
            and (desc.get("layout") or "NCHW") not in (t.preferred_layout, "adapter"))
     penalty = float(t.layout_penalty) if off and t.layout_penalty else 1.0
-    reformat_us = (float(t.launch_overhead_us or 0.0) + 2 * (_unlog(features["log_bytes_in"]) + _unlog(features["log_bytes_out"]))
-                   / (bw * 1e3)) if penalty < 1.0 else 0.0
+    reformat_us = (float(t.launch_overhead_us or 0.0) + 2 * acts / (bw * 1e3)) if penalty < 1.0 else 0.0
     row.update({
         "on_device": float(device),
         "log_dtype_gflops": _log(gflops),

@@ -88,8 +88,8 @@ class Evaluator:
             if streamed:
                 weight_gbps = float(self.target.extra.get("weight_gbps") or 0)
                 if weight_gbps:
-                    load_ms = load_ms + np.asarray([k.bytes_weights if dev else 0 for k, dev in zip(kernels, on_device)],
-                                                   dtype=float) / (weight_gbps * 1e6)
+                    weights = np.asarray([k.bytes_weights if dev else 0 for k, dev in zip(kernels, on_device)], float)
+                    load_ms = load_ms + weights / (weight_gbps * 1e6)
             latency -= float(np.minimum(load_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
             staging = max(moved, default=0)
         path = ExecutionPath.of(m)
