@@ -29,7 +29,7 @@ def onboard_flow(raw: dict) -> tuple[str, list[onboard.Item]]:
     s = validate_settings(raw)
     models = zoo_models_task()
     ops = onboard.frequent_ops(models)
-    minimal = next(m for m in models if m.graph.name == onboard.MINIMAL_MODEL)
+    minimal = onboard.minimal_model()
     items = [versions_task(raw), capabilities_task(raw, models, ops), microbench_task(raw, models, ops),
              *minimal_model_task(raw, minimal), execution_paths_task(raw, minimal), concurrency_task(raw, minimal)]
     folder = s.artifacts / "onboard"

@@ -2,7 +2,8 @@
 policy that lays the live tensors out in one arena.
 
 Weights stay resident, unless the device streams them from external memory: then only the
-running kernel's weights occupy device memory (`streamed_weights`: the largest kernel's). An activation
+running kernel's weights occupy device memory (`streamed_weights`: the largest kernel's; with
+double buffering the next kernel's load is in flight too: the largest consecutive pair's). An activation
 lives from the kernel that produces it until its last consumer has run (graph outputs until
 the end). Policies (a model may record its own in metadata `metainfer.memory_strategy`;
 otherwise the target's runtime default applies):
@@ -130,11 +131,14 @@ def _place_first_fit(bufs: list[Buffer]) -> int:
 
 def plan_memory(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_inputs: list[str],
                 strategy: str = DEFAULT_STRATEGY, graph_outputs: set[str] | None = None,
-                include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False) -> MemoryPlan:
+                include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False,
+                double_buffer: bool = False) -> MemoryPlan:
     if strategy not in STRATEGIES:
         raise ValueError(f"memory strategy {strategy!r} is not one of {STRATEGIES}")
     if streamed_weights:      # loaded kernel by kernel: the largest kernel's weights at a time
-        weights = max((sum(_size(infos[w]) for w in k.weights if w in infos) for k in kernels), default=0)
+        per = [sum(_size(infos[w]) for w in k.weights if w in infos) for k in kernels]
+        pairs = [a + b for a, b in zip(per, per[1:])] if double_buffer else []
+        weights = max(pairs or per or [0])
     else:
         weights = sum(_size(infos[w]) for w in {w for k in kernels for w in k.weights} if w in infos)
     bufs = buffers(kernels, infos, graph_inputs, graph_outputs)
@@ -154,6 +158,34 @@ def plan_memory(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_input
 
 def peak_memory_bytes(kernels: list[Kernel], infos: dict[str, TensorInfo], graph_inputs: list[str],
                       strategy: str = DEFAULT_STRATEGY, graph_outputs: set[str] | None = None,
-                      include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False) -> int:
+                      include_weights: bool = True, extra_bytes: int = 0, streamed_weights: bool = False,
+                      double_buffer: bool = False) -> int:
     return plan_memory(kernels, infos, graph_inputs, strategy, graph_outputs, include_weights, extra_bytes,
-                       streamed_weights).peak_bytes
+                       streamed_weights, double_buffer).peak_bytes
+
+
+def peak_reason(plan: MemoryPlan, kernels: list[Kernel], limit: int,
+                infos: dict[str, TensorInfo] | None = None) -> str:
+    """Which tensors make `plan`'s peak, in words: the step where the most activation bytes are
+    alive, the largest of them, and the weights held beside them (the heaviest kernel's largest
+    weight tensor named, when `infos` gives the sizes)."""
+    steps = max(len(kernels), 1)
+    live = [0] * steps
+    for b in plan.buffers:
+        for s in range(b.start, min(b.end, steps - 1) + 1):
+            live[s] += b.size
+    step = max(range(steps), key=lambda s: live[s])
+    at = sorted((b for b in plan.buffers if b.start <= step <= b.end), key=lambda b: (-b.size, b.name))
+    where = f"{kernels[step].op_type} kernel {kernels[step].node_names[0]!r}" if kernels else "the graph"
+    named = ", ".join(f"{b.name!r} ({b.size} B)" for b in at[:3])
+    single = at[0] if at else None
+    heavy = max(kernels, key=lambda k: k.bytes_weights, default=None)
+    biggest = (max(heavy.weights, key=lambda w: _size(infos[w]) if infos and w in infos else 0)
+               if heavy is not None and heavy.weights else None)
+    weights = f"{plan.weights_bytes} B of weights" + (
+        f" (the most one kernel reads: {heavy.bytes_weights} B, chiefly {biggest!r}, in {heavy.op_type} kernel "
+        f"{heavy.node_names[0]!r})" if biggest is not None else "")
+    verdict = (f"tensor {single.name!r} alone ({single.size} B) is over the {limit} B limit"
+               if single is not None and single.size > limit else
+               f"together with {weights} they exceed the {limit} B limit")
+    return f"at the {where}, {live[step]} B of activations are alive (the largest {named}); {verdict}"

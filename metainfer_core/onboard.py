@@ -22,7 +22,7 @@ from metainfer_core.tensors import random_feeds, tensor_infos
 from metainfer_core import zoo
 
 TOP_OPS = 20
-MINIMAL_MODEL = "mlp"
+MINIMAL_MODEL = "minimal_mlp"
 CONCURRENCY = (1, 2, 4)
 
 
@@ -42,6 +42,17 @@ def zoo_models(batch: int = 1) -> list[onnx.ModelProto]:
         shapes = {i.name: [batch] + [d.dim_value for d in i.type.tensor_type.shape.dim[1:]] for i in m.graph.input}
         models.append(normalize(m, shapes).model)
     return models
+
+
+def minimal_model() -> onnx.ModelProto:
+    """The smallest end-to-end model: MatMul + Add + Relu, MatMul + Add, 64 -> 64 -> 10, at batch 1
+    (19 KB of fp32 weights: it fits even a microcontroller NPU's working memory, which the zoo's
+    mlp, 1.3 MB of weights, does not)."""
+    from metainfer_core.zoo._builder import GraphBuilder
+
+    b = GraphBuilder(MINIMAL_MODEL, 0)
+    x = b.relu(b.linear(b.input("input", [64]), 64, 64, gain=2.0))
+    return normalize(b.model({"logits": b.linear(x, 64, 10)}), {"input": [1, 64]}).model
 
 
 def frequent_ops(models: list[onnx.ModelProto], top: int = TOP_OPS) -> list[str]:

@@ -47,6 +47,23 @@ class TargetSettings(_Strict):
     measurement: Literal["measured", "modeled"]
     spec: dict[str, Any]
 
+    @model_validator(mode="after")
+    def _spec_fits_its_backend(self) -> "TargetSettings":
+        from metainfer_core.backends.spec_schema import check_spec
+
+        try:
+            check_spec(self.backend, self.spec)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"] if p != "[key]")
+                value = "(missing)" if err["type"] == "missing" else repr(err["input"])
+                msg = "is not a known spec key (check the spelling)" if err["type"] == "extra_forbidden" else \
+                    err["msg"].removeprefix("Value error, ")
+                problems.append(f"target.spec.{where}={value}: {msg}")
+            raise ValueError("; ".join(problems) + f" (in conf/target/{self.name}.yaml or your overrides)") from None
+        return self
+
 
 class WeightSettings(_Strict):
     name: str
@@ -289,7 +306,8 @@ def validate_settings(raw: dict[str, Any]) -> Settings:
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "is not a known setting (check the spelling)"
-            problems.append(f"{where}: {msg}")
+            # a message that names its own setting (target.spec.<key>=<value>) needs no prefix
+            problems.append(msg if msg.startswith(f"{where}.") else f"{where}: {msg}")
         raise MetaInferError(
             "Invalid configuration: " + "; ".join(problems) + ". Fix these overrides or the YAML under conf/ and run again."
         ) from None

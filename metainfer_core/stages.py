@@ -24,6 +24,7 @@ from metainfer_core.features import model_feature_map
 from metainfer_core.feedback import calibration_ratio, record_runtime, runtime_run
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.kernels import group_kernels
+from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
 from metainfer_core.fingerprint.profiled_sets import mark_profiled, profiled_kernels, set_key
 from metainfer_core.fingerprint.profiler import ProfileReport, profile
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
@@ -31,7 +32,7 @@ from metainfer_core.predictor import CostModel, load_or_train
 from metainfer_core.search import Candidate, Evaluator, SearchResult, Weights, beam_search
 from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.settings import Settings
-from metainfer_core.tensors import input_feeds_spec, random_feeds
+from metainfer_core.tensors import input_feeds_spec, random_feeds, tensor_infos
 from metainfer_core.timing import SETTLE
 from metainfer_core.verify import Verified, verify
 from metainfer_core import zoo
@@ -428,13 +429,32 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
     if not verified.plans:
         default, limit = outcome.default, backend.info.memory_limit_bytes
         if outcome.result and outcome.result.pruned.get("memory") and default.peak_mem_bytes > limit:
+            lean = outcome.result.leanest or default
             return Decision("default", f"no plan fits the device memory limit: the default needs {default.peak_mem_bytes} B "
                                        f"(limit {limit} B) and all {outcome.result.pruned['memory']} candidates over the "
-                                       "limit were pruned; the default is kept but does not fit this device", None), None
+                                       f"limit were pruned; the leanest ({_plan_words(lean)}) needs {lean.peak_mem_bytes} B: "
+                                       f"{_peak_reason(lean.model, backend.info)}; the default is kept but does not fit "
+                                       "this device", None), None
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
                objective(s), [c.changes for c in verified.plans])
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
+
+
+def _plan_words(c: Candidate) -> str:
+    return " + ".join(step.kind for step in c.steps) or "the default"
+
+
+def _peak_reason(model: onnx.ModelProto, info) -> str:
+    """Which tensors make the model's planned peak on the target (memory.peak_reason)."""
+    infos = tensor_infos(model)
+    kernels = group_kernels(model, infos)
+    inits = {i.name for i in model.graph.initializer}
+    plan = plan_memory(kernels, infos, [i.name for i in model.graph.input if i.name not in inits],
+                       model_strategy(model, info.extra.get("memory_strategy", DEFAULT_STRATEGY)),
+                       {o.name for o in model.graph.output},
+                       streamed_weights=bool(info.extra.get("weights_streamed")))
+    return peak_reason(plan, kernels, info.memory_limit_bytes, infos)
 
 
 def objective(s: Settings) -> Objective:

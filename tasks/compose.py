@@ -19,8 +19,9 @@ from metainfer_core.settings import Settings, validate_settings
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "target", "action_space", "weights", "search", "tracking", "predictor", "deploy")
 # Free-form mappings: an override replaces the whole mapping (Hydra would merge it into the
-# default and, in struct mode, refuse keys the default lacks, e.g. a file model's input names).
-REPLACED_MAPPINGS = ("model.input_shapes", "target.spec.op_slowdown")
+# default and, in struct mode, refuse keys the default lacks, e.g. a file model's input names;
+# merged, 'target.spec.peak_gflops={}' would silently keep every default dtype).
+REPLACED_MAPPINGS = ("model.input_shapes", "target.spec.op_slowdown", "target.spec.peak_gflops")
 
 
 def options(group: str) -> list[str]:

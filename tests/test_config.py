@@ -55,6 +55,28 @@ def test_bad_values_fail_with_one_paragraph(override, fragment, settings_for):
     assert "\n" not in msg
 
 
+@pytest.mark.parametrize("overrides, fragment", [
+    (["target=npu", "target.spec.peak_gflops={}"], "target.spec.peak_gflops={}"),        # not merged away
+    (["target=gpu", "target.spec.peak_gflops.float16=-5"], "target.spec.peak_gflops.float16=-5"),
+    (["target=fpga", "target.spec.dram_gbps=0"], "target.spec.dram_gbps=0"),
+    (["target=asic", "target.spec.peak_gflops=banana"], "target.spec.peak_gflops='banana'"),
+    (["target=npu", "target.spec.peak_gflops={int4: 5}"], "'float32', 'float16', 'bfloat16' or 'int8'"),
+    (["target=npu", "target.spec.supported_ops=[Conv,Frob]"], "['Frob'] are not ONNX op names"),
+    (["target=npu", "+target.spec.dram_gbsp=3"], "target.spec.dram_gbsp=3: is not a known spec key"),
+    (["target=cpu", "target.spec.memory_limit_bytes=-1"], "target.spec.memory_limit_bytes=-1"),
+])
+def test_bad_target_spec_values_are_refused_naming_the_value(overrides, fragment, settings_for):
+    with pytest.raises(MetaInferError) as exc:
+        settings_for(*overrides)
+    msg = str(exc.value)
+    assert fragment in msg and "\n" not in msg
+    assert f"conf/target/{overrides[0].split('=')[1]}.yaml" in msg
+
+
+def test_a_replaced_peak_table_is_taken_as_given(settings_for):
+    assert settings_for("target=npu", "target.spec.peak_gflops={int8: 50}").target.spec["peak_gflops"] == {"int8": 50}
+
+
 def test_all_weights_zero_is_rejected(settings_for):
     with pytest.raises(MetaInferError, match="nothing to optimise"):
         settings_for("weights.latency=0", "weights.memory=0", "weights.accuracy=0")

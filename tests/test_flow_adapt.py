@@ -115,6 +115,7 @@ def test_any_onnx_file_on_cpu_then_library_reuse(run_flow, tmp_path):
     (["weights.memory=-0.5"], "weights.memory"),
     (["search.beam_width=0"], "search.beam_width"),
     (["model=file"], "model.path"),
+    (["target=fpga", "target.spec.dram_gbps=0"], "target.spec.dram_gbps=0"),
 ])
 def test_bad_config_fails_fast(run_flow, tmp_path, args, fragment):
     res = run_flow("adapt", *args, f"paths.artifacts={tmp_path}")

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.kernels import group_kernels
-from metainfer_core.memory import STRATEGIES, live_peak, plan_memory
+from metainfer_core.memory import STRATEGIES, live_peak, peak_reason, plan_memory
 from metainfer_core.tensors import random_feeds, tensor_infos
 from metainfer_core.zoo import build
 
@@ -59,6 +59,21 @@ def test_weights_resident_unless_streamed():
     assert resident.peak_bytes - without.peak_bytes == resident.weights_bytes == sum(
         int(np.prod(i.dims)) * 4 for i in m.graph.initializer)
     assert streamed.weights_bytes == max(k.bytes_weights for k in group_kernels(m)) < resident.weights_bytes
+
+
+def test_double_buffered_streaming_holds_two_consecutive_kernels_weights():
+    m = build("resnet_tiny")
+    per = [k.bytes_weights for k in group_kernels(m)]
+    assert plan(m, streamed_weights=True, double_buffer=True).weights_bytes == max(a + b for a, b in zip(per, per[1:]))
+
+
+def test_the_peak_reason_names_the_tensors_that_make_it():
+    m = relu_chain(3)
+    p = plan(m)
+    reason = peak_reason(p, group_kernels(m), limit=1000)
+    assert "Relu kernel" in reason and "B of activations are alive" in reason and "'t0' (16384 B)" in reason
+    assert "tensor 't0' alone (16384 B) is over the 1000 B limit" in reason
+    assert "together with" in peak_reason(p, group_kernels(m), limit=20000)
 
 
 def test_live_peak_is_the_most_bytes_alive_at_once():

@@ -173,7 +173,9 @@ def test_embedded_weights_choose_a_plan_with_less_peak_memory(models, predictors
         w = yaml.safe_load((CONF_DIR / "weights" / f"{name}.yaml").read_text())
         return Weights(w["latency"], w["memory"], w["accuracy"], w["change_penalty"])
 
-    space = {"int8": INT8, "fuse_chain": {"max_depth": [2, 8], "span": ["epilogue", "layers"]}, "layout": {},
+    # epilogue fusion only: layer fusion keeps the intermediates on chip, the fastest plan and the
+    # leanest at once, so with it both weights choose it and there is no trade-off left to show
+    space = {"int8": INT8, "fuse_chain": {"max_depth": [2, 8], "span": ["epilogue"]}, "layout": {},
              "memory_reuse": {}, "schedule": {}}
     embedded = search(models, predictors, "fpga", name="mobilenet_v2_tiny", weights=weights("embedded"), space=space)
     latency = search(models, predictors, "fpga", name="mobilenet_v2_tiny", weights=weights("latency"), space=space)
@@ -238,3 +240,16 @@ def test_adaptive_switch_skips_when_the_search_cannot_pay_back(settings_for, mon
     assert set(out.extra["search_timings"]) >= {"apply_s", "evaluate_s", "total_s"}
     low = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.skip_below_ms=1e9")
     assert "skip_below_ms" in stages.search_stage(low, prepared, be, FakeCostModel(), progress=lambda m: None).skipped_reason
+
+
+def test_when_no_plan_fits_the_decision_names_the_leanest_plans_peak(models, predictors, settings_for):
+    space = {"int8": INT8, "tiling": {"tiles": [8], "axis": ["channels"]}}
+    res = search(models, predictors, "npu", name="resnet_tiny", depth=2, space=space, memory_limit_bytes=20000)
+    assert not res.top and res.leanest is not None and res.leanest.peak_mem_bytes < res.default.peak_mem_bytes
+    npu = backend("npu", memory_limit_bytes=20000)
+    d, chosen = stages.decide_stage(settings_for("target=npu"), npu, stages.SearchOutcome(res, default=res.default),
+                                    stages.VerifyOutcome(None, [], [], [], 0.0))
+    assert d.decision == "default" and chosen is None
+    assert f"the leanest (int8 + tiling) needs {res.leanest.peak_mem_bytes} B" in d.reason
+    assert "B of activations are alive (the largest 'input' (49152 B)" in d.reason      # the fp32 input
+    assert "over the 20000 B limit" in d.reason

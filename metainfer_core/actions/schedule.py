@@ -7,7 +7,9 @@ order=memory:   the kernels are re-ordered (a different valid topological order 
 double_buffer:  host<->device transfers (tensors of kernels bound to the host) use two
                 staging buffers, so a transfer streams while the previous kernel computes
                 (model metadata `metainfer.double_buffer=1`); the simulator hides the
-                overlapped part of the link time and the planner adds the second buffer.
+                overlapped part of the link time and the planner adds the second buffer. On a
+                device that streams weights from flash, the next kernel's weights load the same
+                way (a second weight buffer).
 
 Illegal on a measured ONNX Runtime target, whose executor chooses its own order and copies."""
 from __future__ import annotations
@@ -93,7 +95,8 @@ class Schedule(Action):
     name = "schedule"
     params = {
         "order": Param("keep", ("keep", "memory"), "keep the execution order, or the memory-aware one"),
-        "double_buffer": Param(False, (False, True), "overlap host<->device transfers with compute"),
+        "double_buffer": Param(False, (False, True),
+                               "overlap host<->device transfers and streamed weight loads with compute"),
     }
 
     def sites(self, model, params, target):
@@ -101,7 +104,9 @@ class Schedule(Action):
             return []
         if params["order"] == "memory" and (model_meta(model, SCHEDULE_KEY) == "memory" or not _branches(model)):
             return []
-        if params["double_buffer"] and (model_meta(model, DOUBLE_BUFFER_KEY) == "1" or not may_cross_link(model, target)):
+        streams = bool(target.extra.get("weights_streamed")) and len(model.graph.initializer) > 0
+        if params["double_buffer"] and (model_meta(model, DOUBLE_BUFFER_KEY) == "1"
+                                        or not (streams or may_cross_link(model, target))):
             return []
         return [Site((), f"order={params['order']},double_buffer={params['double_buffer']}")]
 

@@ -13,7 +13,12 @@ named "<original>|tile<i>".
 
 A chain: single-input single-output ops (Conv, pooling, element-wise with constant operands,
 per-tensor QDQ), each feeding only the next, two ops at least. Sites are the chains whose
-intermediates are largest (where the peak is)."""
+intermediates are largest (where the peak is).
+
+Channel tiles (`axis=channels`, metainfer_core.actions.channel_split) split a Conv, MatMul or
+Gemm along its output channels instead, so a device that streams weights from flash holds one
+block's weights at a time; offered only on such devices. Sites: the layer with the most weight
+bytes, and every layer whose weights exceed the heaviest's share of one tile (all split at once)."""
 from __future__ import annotations
 
 import math
@@ -24,6 +29,7 @@ from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import (Action, Param, Site, cached, commit_rewrite, derived, infos_of, missing_ops,
                                          opset_of, wiring)
+from metainfer_core.actions.channel_split import split_channels, splittable
 from metainfer_core.kernels import FUSION_KEY, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
@@ -233,11 +239,35 @@ class Tiling(Action):
     name = "tiling"
     params = {
         "tiles": Param(4, (2, 4, 8), "how many executions the chain is split into"),
-        "axis": Param("height", ("height", "batch"), "split the image rows (with halos) or the batch"),
+        "axis": Param("height", ("height", "batch", "channels"),
+                      "split the image rows (with halos), the batch, or a layer's output channels (its weights)"),
     }
 
     def sites(self, model, params, target):
+        if params["axis"] == "channels":
+            if not target.extra.get("weights_streamed"):
+                return []       # resident weights: a split only adds launches
+            return cached(model, f"tiling.sites.channels.{params['tiles']}", lambda m: self._weight_sites(m, params))
         return cached(model, f"tiling.sites.{params['axis']}.{params['tiles']}", lambda m: self._sites(m, params))
+
+    def _weight_sites(self, model, params):
+        g = model.graph
+        inits = {i.name: i for i in g.initializer}
+        producer, consumers = wiring(g)
+        heavy = []
+        for n in g.node:
+            cout = splittable(n, inits, producer, consumers)
+            if cout is not None and cout >= 2 * params["tiles"]:
+                w = inits[n.input[1]] if n.input[1] in inits else inits[producer[n.input[1]].input[0]]
+                heavy.append((math.prod(w.dims) * onnx.helper.tensor_dtype_to_np_dtype(w.data_type).itemsize, n.name))
+        if not heavy:
+            return []
+        heavy.sort(key=lambda h: (-h[0], h[1]))
+        sites = [Site((heavy[0][1],), f"weights@{heavy[0][1]}")]
+        over = tuple(name for size, name in heavy if size > heavy[0][0] / params["tiles"])
+        if len(over) > 1:
+            sites.append(Site(over, f"weights@{len(over)} layers"))
+        return sites
 
     def _sites(self, model, params):
         C, chains = cached(model, f"tiling.{params['axis']}", lambda m: _analysis(m, params["axis"]))
@@ -252,7 +282,8 @@ class Tiling(Action):
         return [Site(tuple(n.name for n in span), f"chain@{span[0].name}") for _, span in spans[:MAX_SITES]]
 
     def legal(self, model, site, params, target):
-        missing = missing_ops(target, "Slice", "Concat")
+        joins = ("Concat",) if params["axis"] == "channels" else ("Slice", "Concat")
+        missing = missing_ops(target, *joins)
         if missing:
             return f"target {target.name} has no {'/'.join(missing)} op to cut and join tiles"
         if opset_of(model) < 10:
@@ -260,4 +291,8 @@ class Tiling(Action):
         return None
 
     def apply(self, model, site, params, ctx):
+        if params["axis"] == "channels":
+            for name in site.nodes:
+                model = split_channels(model, name, params["tiles"])
+            return model
         return tile(model, site.nodes[0], site.nodes[-1], params["tiles"], params["axis"])

@@ -16,9 +16,11 @@ latency, unless the model records double buffering (metadata `metainfer.double_b
 a transfer overlaps the previous kernel and only the part longer than it shows, at the price
 of a second staging buffer. Peak memory is the liveness planner's, with the model's buffer
 sharing policy (metadata `metainfer.memory_strategy`) or the device runtime's default
-(`memory_strategy`); a device with `weights_streamed` keeps weights in external memory and
-loads them kernel by kernel, so its memory holds the activations and the largest kernel's
-weights.
+(`memory_strategy`); a device with `weights_streamed` keeps weights in external memory (flash)
+and loads them kernel by kernel at `weight_gbps`, so its memory holds the activations and the
+largest kernel's weights. The load precedes the kernel; with double buffering it streams while
+the previous kernel runs (the DMA prefetch microNPU compilers schedule) and only the part longer
+than that kernel shows, at the price of a second weight buffer.
 
 A seeded log-normal noise imitates run-to-run jitter. Numerics run on ONNX Runtime's CPU
 provider with the graph's own precision, so fp16/int8 plans show their real accuracy loss."""
@@ -76,11 +78,22 @@ class DeviceModel:
         e = eff.get(k.op_type.split("+")[0], eff.get("default", 0.5))
         return e * float(self.spec.get("layout_penalty", 1.0)) if self.off_layout(k) else e
 
+    @property
+    def streams_weights(self) -> bool:
+        return bool(self.spec.get("weights_streamed", False))
+
+    def weight_load_us(self, k: Kernel) -> float:
+        """Loading a kernel's weights from external memory (0 where weights are resident)."""
+        if not self.streams_weights or not k.bytes_weights:
+            return 0.0
+        return k.bytes_weights / (float(self.spec.get("weight_gbps", self.spec["dram_gbps"])) * 1e3)
+
     def device_us(self, k: Kernel) -> float:
+        """One kernel on the device, its streamed weights' load excluded (graph_us adds it)."""
         s = self.spec
         gflops = s["peak_gflops"][k.dtype] * self.efficiency(k)
         compute_us = self._aligned_flops(k) / (gflops * 1e3)
-        working = k.bytes_in + k.bytes_weights + k.bytes_out
+        working = k.bytes_in + k.bytes_out + (0 if self.streams_weights else k.bytes_weights)
         bw = s["sram_gbps"] if working <= s["sram_bytes"] else s["dram_gbps"]
         mem_us = working / (bw * 1e3)
         slow = max(float(s.get("op_slowdown", {}).get(n.op_type, 1.0)) for n in k.nodes)
@@ -121,9 +134,10 @@ class DeviceModel:
         total, prev = 0.0, 0.0
         for k, dev, nbytes in zip(kernels, placement, moved):
             run = self.device_us(k) if dev else self.host_us(k)
-            link = self.link_us(nbytes)
-            # double buffering: the transfer streams while the previous kernel runs
-            total += run + (max(0.0, link - prev) if double_buffer else link)
+            # what must arrive before the kernel starts: its inputs over the link, its weights from flash
+            load = self.link_us(nbytes) + (self.weight_load_us(k) if dev else 0.0)
+            # double buffering: the loads stream while the previous kernel runs
+            total += run + (max(0.0, load - prev) if double_buffer else load)
             prev = run
         total += self.link_us(moved[-1])
         return total, placement.count(False)
@@ -139,7 +153,8 @@ class DeviceModel:
         strategy = model_strategy(model, self.spec.get("memory_strategy", DEFAULT_STRATEGY))
         extra = self.staging_bytes(kernels, infos) if double_buffered(model) else 0
         return plan_memory(kernels, infos, inputs, strategy, {o.name for o in model.graph.output},
-                           extra_bytes=extra, streamed_weights=bool(self.spec.get("weights_streamed", False)))
+                           extra_bytes=extra, streamed_weights=self.streams_weights,
+                           double_buffer=double_buffered(model))
 
 
 class SimulatedModel(Compiled):
@@ -175,7 +190,8 @@ class SimulatedBackend(Backend):
         s = self.spec
         return TargetInfo(
             name=self.name, measurement="modeled", firmware=str(s["firmware"]), driver=str(s["driver"]),
-            runtime=f"meta-infer-simulator-2 (numerics: onnxruntime-{ort.__version__} CPU)",
+            # the cost model's version: a library's records measured under another one are not reused
+            runtime=f"meta-infer-simulator-3 (numerics: onnxruntime-{ort.__version__} CPU)",
             memory_limit_bytes=int(s["memory_limit_bytes"]),
             supported_ops=tuple(s["supported_ops"]) if s.get("supported_ops") is not None else None,
             dtypes=tuple(s["peak_gflops"]), quantization=tuple(s.get("quantization", [])),
@@ -184,6 +200,7 @@ class SimulatedBackend(Backend):
             extra={"op_slowdown": dict(s.get("op_slowdown", {})), "link_gbps": float(s["link_gbps"]),
                    "memory_strategy": s.get("memory_strategy", DEFAULT_STRATEGY),
                    "weights_streamed": bool(s.get("weights_streamed", False)),
+                   "weight_gbps": float(s.get("weight_gbps", s["dram_gbps"])),
                    "fuse_layers": bool(s.get("fuse_layers", False)),
                    "schedulable": True})
 

@@ -18,6 +18,7 @@ from metainfer_core.features import CATEGORICAL, NUMERIC
 
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 ALIGNED = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+LAYOUT_SENSITIVE = ("Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
 EXTRA_CATEGORICAL = ["fused_with", "layout"]
 TARGET_NUMERIC = ["on_device", "log_dtype_gflops", "fits_sram", "log_compute_us", "log_memory_us", "log_link_us",
                   "log_host_us", "align_pad", "launch_us"]
@@ -32,7 +33,7 @@ CONTEXT_NUMERIC = ["producer_fan_out", "act_signed", "int8_region", "log_region_
 CONTEXT_NUMERIC_V1 = ["producer_fan_out", "act_signed"]
 STANDALONE = "standalone"
 _FIGURES = ("sram_bytes", "sram_gbps", "dram_gbps", "link_gbps", "host_gflops", "host_gbps", "launch_overhead_us",
-            "channel_align")
+            "channel_align", "weights_streamed", "weight_gbps", "preferred_layout", "layout_penalty")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class TargetSpec:
     host_gbps: float | None = None
     launch_overhead_us: float | None = None
     channel_align: int | None = None
+    weights_streamed: bool | None = None     # weights load from flash kernel by kernel, at weight_gbps
+    weight_gbps: float | None = None
+    preferred_layout: str | None = None      # a layout-sensitive kernel away from it pays a reformat pass
+    layout_penalty: float | None = None
 
     @staticmethod
     def from_spec(name: str, spec: dict) -> "TargetSpec":
@@ -122,28 +127,42 @@ def join(desc: dict, t: TargetSpec) -> dict:
         return row
     dtype = features["dtype"]
     flops = _unlog(features["log_flops"])
-    moved = sum(_unlog(features[f]) for f in ("log_bytes_in", "log_bytes_weights", "log_bytes_out"))
+    weight_bytes = _unlog(features["log_bytes_weights"])
+    streamed = bool(t.weights_streamed)
+    acts = sum(_unlog(features[f]) for f in ("log_bytes_in", "log_bytes_out"))
+    moved = acts + weight_bytes
+    on_chip = acts if streamed else moved       # what the device kernel reads and writes itself
+    # streamed weights load from flash before the kernel runs (the simulator's cost structure)
+    load_us = weight_bytes / (float(t.weight_gbps or t.dram_gbps or nan) * 1e3) if streamed and weight_bytes else 0.0
     device = on_device(desc, t)
     gflops = float(t.peak_gflops.get(dtype, 0.0))
     pad = 1.0
     if t.channel_align and parts[0] in ALIGNED and features.get("out_channels"):
         c = max(int(features["out_channels"]), 1)
         pad = math.ceil(c / t.channel_align) * t.channel_align / c
-    fits = t.sram_bytes is not None and moved <= t.sram_bytes
+    fits = t.sram_bytes is not None and on_chip <= t.sram_bytes
     bw = (t.sram_gbps if fits else t.dram_gbps) or nan
+    # away from the device's layout, a layout-sensitive kernel runs slower and the runtime
+    # reformats its input and output (one more launch reading and writing both)
+    off = (t.preferred_layout is not None and parts[0] in LAYOUT_SENSITIVE
+           and (desc.get("layout") or "NCHW") not in (t.preferred_layout, "adapter"))
+    penalty = float(t.layout_penalty) if off and t.layout_penalty else 1.0
+    reformat_us = (float(t.launch_overhead_us or 0.0) + 2 * acts / (bw * 1e3)) if penalty < 1.0 else 0.0
     row.update({
         "on_device": float(device),
         "log_dtype_gflops": _log(gflops),
         "fits_sram": float(fits),
-        "log_compute_us": _log(flops * pad / (gflops * 1e3)) if gflops else nan,
-        "log_memory_us": _log(moved / (bw * 1e3)),
+        "log_compute_us": _log(flops * pad / (gflops * penalty * 1e3)) if gflops else nan,
+        "log_memory_us": _log(on_chip / (bw * 1e3)),
         # a standalone kernel on the host stages its inputs and outputs over the link
         "log_link_us": _log((_unlog(features["log_bytes_in"]) + _unlog(features["log_bytes_out"]))
                             / (t.link_gbps * 1e3)) if t.link_gbps else nan,
         "log_host_us": _log(flops / (t.host_gflops * 1e3) + moved / (t.host_gbps * 1e3))
         if t.host_gflops and t.host_gbps else nan,
         "align_pad": pad,
-        "launch_us": float(t.launch_overhead_us or 0.0),
+        # beside the roofline: the launch, on a weight-streaming device the weights' load, away
+        # from the device's layout the reformat pass
+        "launch_us": float(t.launch_overhead_us or 0.0) + load_us + reformat_us,
     })
     return row
 

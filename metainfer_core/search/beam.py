@@ -46,6 +46,7 @@ class SearchResult:
     stopped_by_budget: bool = False
     duplicates: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # where the search's own time went
+    leanest: Candidate | None = None     # the plan with the least peak memory among those over the limit
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
@@ -122,6 +123,8 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             # over the memory limit: no result, but later steps (tiling, reuse, int8) may fit it
             if reason == "memory":
                 stepping.append(cand)
+                if result.leanest is None or cand.peak_mem_bytes < result.leanest.peak_mem_bytes:
+                    result.leanest = cand
             return None
         frontier.append(cand)
         sig = kind_of(cand)

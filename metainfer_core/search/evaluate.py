@@ -77,12 +77,20 @@ class Evaluator:
         latency = parent.graph_latency_ms if parent is not None else graph_ms(self.cost_model, kernels, infos)
         c.graph_latency_ms = latency
         staging = 0
-        if double and self.target.extra.get("link_gbps"):
-            # each transfer streams while the kernel before it runs: that much of it is hidden
+        streamed = bool(self.target.extra.get("weights_streamed"))
+        if double and (self.target.extra.get("link_gbps") or streamed):
+            # each load (inputs over the link, streamed weights from flash) streams while the
+            # kernel before it runs: that much of it is hidden
             per = per_kernel_ms(self.cost_model, kernels)
             moved = crossings(kernels, infos, on_device)
-            link_ms = np.asarray(moved, dtype=float) / (float(self.target.extra["link_gbps"]) * 1e6)
-            latency -= float(np.minimum(link_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
+            link_gbps = float(self.target.extra.get("link_gbps") or 0)
+            load_ms = np.asarray(moved, dtype=float) / (link_gbps * 1e6) if link_gbps else np.zeros(len(moved))
+            if streamed:
+                weight_gbps = float(self.target.extra.get("weight_gbps") or 0)
+                if weight_gbps:
+                    weights = np.asarray([k.bytes_weights if dev else 0 for k, dev in zip(kernels, on_device)], float)
+                    load_ms = load_ms + weights / (weight_gbps * 1e6)
+            latency -= float(np.minimum(load_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
             staging = max(moved, default=0)
         path = ExecutionPath.of(m)
         cost = None
@@ -94,7 +102,7 @@ class Evaluator:
         plan = plan_memory(kernels, infos, [i.name for i in m.graph.input if i.name not in inits],
                            model_strategy(m, self.target.extra.get("memory_strategy", DEFAULT_STRATEGY)),
                            {o.name for o in m.graph.output},
-                           extra_bytes=staging, streamed_weights=bool(self.target.extra.get("weights_streamed")))
+                           extra_bytes=staging, streamed_weights=streamed, double_buffer=double)
         c.peak_mem_bytes = plan.peak_bytes
         self.timings["evaluate_s"] += time.perf_counter() - t0
         if any(s.kind in self.lossy for s in c.steps):

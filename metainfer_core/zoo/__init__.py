@@ -1,12 +1,14 @@
 """Built-in model zoo: small ONNX models generated in code with seeded weights (no downloads),
-each imitating a common architecture, for tests, benchmarks and demos."""
+each imitating a common architecture, for tests, benchmarks and demos. Beside them, full-size
+reference networks (`REFERENCE`) whose latencies vendors publish: `build` makes them too, but
+they are not among `names()`, the models the flows, onboarding and training iterate."""
 
 from collections.abc import Callable
 
 import onnx
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.zoo import (bert_tiny, efficientnet_tiny, mlp, mobilenet_v2_tiny,
+from metainfer_core.zoo import (bert_tiny, efficientnet_tiny, mlp, mobilenet_v2, mobilenet_v2_tiny,
                                 resnet_tiny, unet_tiny, vit_tiny)
 
 BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
@@ -18,6 +20,9 @@ BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
     "vit_tiny": vit_tiny.build,
     "mlp": mlp.build,
 }
+REFERENCE: dict[str, Callable[[int], onnx.ModelProto]] = {
+    "mobilenet_v2": mobilenet_v2.build,
+}
 
 
 def names() -> list[str]:
@@ -26,6 +31,8 @@ def names() -> list[str]:
 
 def build(name: str, seed: int = 0) -> onnx.ModelProto:
     """Build zoo model `name` with weights drawn from `seed`."""
+    if name in REFERENCE:
+        return REFERENCE[name](seed)
     if name not in BUILDERS:
         raise MetaInferError(
             f"Unknown zoo model {name!r}. The built-in zoo has: {', '.join(BUILDERS)}. "

@@ -32,7 +32,8 @@ def test_a_second_build_reuses_what_the_library_holds(npu_set):
 def test_candidate_plans_are_distinct_graphs(npu_set):
     entry = zoo_entries(zoo_input_shapes(["mlp"]), 0, 2)[0]
     space = compose_raw([])["action_space"]["actions"]
-    plans = candidate_plans(entry.model, space, npu_set.backend.info, entry.feeds, depth=2, max_plans=12)
-    assert plans[0].steps == () and 1 < len(plans) <= 12
+    # the npu offers 14 one-step plans of the mlp (its channel splits among them): room for sequences
+    plans = candidate_plans(entry.model, space, npu_set.backend.info, entry.feeds, depth=2, max_plans=20)
+    assert plans[0].steps == () and 1 < len(plans) <= 20
     assert len({p.key for p in plans}) == len(plans)
     assert any(len(p.steps) == 2 for p in plans)      # sequences, as the beam search builds them
