@@ -72,8 +72,9 @@ def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutc
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
                   cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
-                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[Path, dict]:
-    """Decide, then write the run folder (chosen model, plan.json, feature map) atomically."""
+                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[RunFolder, dict]:
+    """Decide, then stage the run folder (chosen model, plan.json, feature map); the flow commits
+    it once tracking has it."""
     s = _settings(raw)
     backend = stages.make_backend(s)
     decision, chosen = stages.decide_stage(s, backend, outcome, verified)
@@ -99,8 +100,7 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
             plan["verify_remote"] = remote
         folder.write_json("plan.json", plan)
-        final = folder.commit()
     except BaseException:
         folder.discard()
         raise
-    return final, plan
+    return folder, plan

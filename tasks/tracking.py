@@ -2,7 +2,9 @@
 the tags fingerprint_version / firmware / measurement, and the plan and model as artifacts."""
 from __future__ import annotations
 
+import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +67,47 @@ def experiment_name(s: Settings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}@{s.target.name}"
 
 
+def _process() -> str:
+    """This process, so that a later run can tell whether it still lives: host, pid and start
+    time (a pid is re-used once its process has gone)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+
+
+def _started(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]    # field 22: starttime
+    except (OSError, IndexError):
+        return ""
+
+
+def _gone(process: str) -> bool:
+    host, _, rest = process.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False        # another host's run: it may well be alive
+    return _started(int(pid)) != started
+
+
+def fail_dead_runs(client: MlflowClient, exp_id: str, by: str) -> list[str]:
+    """Mark FAILED the runs of the experiment left RUNNING by a process of this host that has
+    gone (SIGKILL, out of memory, power loss): nothing else would end them."""
+    dead = [r for r in client.search_runs([exp_id], "attributes.status = 'RUNNING'", max_results=1000)
+            if r.data.tags.get("process") and _gone(r.data.tags["process"])]
+    for r in dead:
+        client.set_tag(r.info.run_id, "error", f"its process ({r.data.tags['process']}) ended without ending the run "
+                                               f"(killed?); marked FAILED by run {by}")
+        client.set_terminated(r.info.run_id, "FAILED")
+    return [r.info.run_id for r in dead]
+
+
 def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     client = _client(s)
     name = experiment_name(s, model_name)
     exp_id = _experiment_id(client, s, name)
     run = client.create_run(exp_id, run_name=run_name, tags={"model": model_name, "target": s.target.name,
-                                                             "measurement": s.target.measurement})
+                                                             "measurement": s.target.measurement,
+                                                             "process": _process()})
+    fail_dead_runs(client, exp_id, run.info.run_id)
     params = _params({k: v for k, v in _flatten(raw).items() if not k.startswith("target.spec.")})
     params += _params({f"target.spec.{k}": v for k, v in s.target.spec.items()})
     for i in range(0, len(params), 100):
@@ -84,6 +121,15 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     client = _client(s)
     client.log_artifact(run_id, str(folder / "model.onnx"))
     plan = dict(plan, registry=promote(s, run_id, plan, model_name))
+    try:
+        _log_outcome(client, s, run_id, plan, folder)
+    except BaseException:       # interrupted or failed after the registry moved: put it back
+        unpromote(s, plan["registry"])
+        raise
+    return plan
+
+
+def _log_outcome(client: MlflowClient, s: Settings, run_id: str, plan: dict, folder: Path) -> None:
     rewrite_json(folder / "plan.json", plan)
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
@@ -103,13 +149,13 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
         if f.name != "model.onnx":
             client.log_artifact(run_id, str(f))
     client.set_terminated(run_id, "FINISHED")
-    return plan
 
 
-def fail_run(s: Settings, run_id: str, message: str) -> None:
+def fail_run(s: Settings, run_id: str, message: str, killed: bool = False) -> None:
+    """End the run FAILED, or KILLED when an interrupt (SIGINT, SIGTERM) stopped it."""
     client = _client(s)
     client.set_tag(run_id, "error", mask_secrets(message)[:5000])
-    client.set_terminated(run_id, "FAILED")
+    client.set_terminated(run_id, "KILLED" if killed else "FAILED")
 
 
 def registered_name(model_name: str, target: str) -> str:
@@ -140,6 +186,19 @@ def promote(s: Settings, run_id: str, plan: dict, model_name: str) -> dict:
     client.set_registered_model_alias(name, ACTIVE, version.version)
     return {"registered_model": name, "active_version": str(version.version), "changed": True,
             "previous_version": str(active.version) if active else None}
+
+
+def unpromote(s: Settings, registry: dict) -> None:
+    """Undo promote(): the new version goes, `active` returns to the version it replaced."""
+    if not registry.get("changed"):
+        return
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    name, previous = registry["registered_model"], registry.get("previous_version")
+    if previous:
+        client.set_registered_model_alias(name, ACTIVE, previous)
+    else:
+        client.delete_registered_model_alias(name, ACTIVE)
+    client.delete_model_version(name, registry["active_version"])
 
 
 def roll_back_active(s: Settings, model_name: str) -> tuple[str, str, str]:
