@@ -14,7 +14,7 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.settings import Settings
 from tasks.compose import load_settings
 from tasks.environment import configure, use_temporary_server
-from tasks.stores import prepare
+from tasks import stores
 
 
 class Terminated(BaseException):
@@ -43,9 +43,10 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         s, raw = load_settings(argv)
+        stores.check(s)
         configure(s)
         with contextlib.ExitStack() as stack:       # the temporary Prefect server stops on every way out
-            api_url = prepare(s, stack)
+            api_url = stores.prepare(s, stack)
             if api_url:
                 use_temporary_server(s, api_url, stack)
             last_line = body(s, raw)

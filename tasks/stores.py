@@ -21,6 +21,11 @@ from metainfer_core.settings import Settings
 LOCK_NAME = ".stores.lock"
 
 
+HOLDS = {"tracking.mlflow_uri": "the past MLflow runs and the registry's active plans",
+         "tracking.fingerprint_db": "the measured kernels: the next runs measure them again",
+         "tracking.prefect_home": "the Prefect flow-run history"}
+
+
 def check_writable(artifacts: Path) -> None:
     """paths.artifacts exists or can be made, and a file can be created in it."""
     try:
@@ -51,15 +56,15 @@ def check_sqlite(path: Path, setting: str) -> None:
     try:
         with contextlib.closing(sqlite3.connect(path, timeout=30)) as conn:
             rows = conn.execute("PRAGMA quick_check").fetchall()
-        if rows != [("ok",)]:
-            problem = "; ".join(str(r[0]) for r in rows[:3])
+        if rows != [("ok",)]:     # one line per damaged page: the first says enough
+            lines = [line for r in rows for line in str(r[0]).splitlines() if line and not line.startswith("***")]
+            problem = f"{lines[0] if lines else 'integrity check failed'}; {len(lines)} problems in all"
     except sqlite3.DatabaseError as exc:
         problem = str(exc)
     if problem:
         raise MetaInferError(
             f"{path} ({setting}) is not a usable SQLite database ({problem}). Restore it from a backup, or move it "
-            f"aside (mv {path} {path}.broken) and run again to start an empty one there; what it held (past runs, "
-            "measured kernels, flow history) is then no longer seen.")
+            f"aside (mv {path} {path}.broken) and run again to start an empty one there (without {HOLDS[setting]}).")
 
 
 def databases(s: Settings) -> list[tuple[Path, str]]:
@@ -116,15 +121,20 @@ def migrate(s: Settings) -> None:
     FingerprintLibrary(s.tracking.fingerprint_db)
 
 
+def check(s: Settings) -> None:
+    """Refuse, before anything is written, an artifacts folder that cannot be written or a
+    damaged database file."""
+    check_writable(Path(s.paths.artifacts))
+    for path, setting in databases(s):
+        check_sqlite(path, setting)
+
+
 def prepare(s: Settings, stack: contextlib.ExitStack) -> str | None:
-    """Check, migrate and (embedded) start the temporary Prefect server, stopped when `stack`
+    """Migrate and (embedded) start the temporary Prefect server, stopped when `stack`
     closes. Returns that server's API URL, or None when a Prefect server is configured."""
     from tasks.prefect_server import TemporaryServer
 
     artifacts = Path(s.paths.artifacts)
-    check_writable(artifacts)
-    for path, setting in databases(s):
-        check_sqlite(path, setting)
     server = None if s.deploy.prefect_api_url else TemporaryServer(s.tracking.prefect_home)
     with first_use(artifacts) as fresh:
         if fresh:
