@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -135,7 +136,8 @@ def prepare(s: Settings, stack: contextlib.ExitStack) -> str | None:
     from tasks.prefect_server import TemporaryServer
 
     artifacts = Path(s.paths.artifacts)
-    server = None if s.deploy.prefect_api_url else TemporaryServer(s.tracking.prefect_home)
+    uses_prefect = "prefect" in sys.modules      # flows/rollback.py and flows/gc.py never import it
+    server = TemporaryServer(s.tracking.prefect_home) if uses_prefect and not s.deploy.prefect_api_url else None
     with first_use(artifacts) as fresh:
         if fresh:
             migrate(s)

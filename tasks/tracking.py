@@ -1,5 +1,6 @@
 """MLflow: one run per adapt, in an experiment per (model, target), with params, metrics,
-the tags fingerprint_version / firmware / measurement, and the plan and model as artifacts."""
+the tags fingerprint_version / firmware / measurement, and the plan as artifacts (the models too
+with a tracking server; embedded, the registry points at the run folder's model.onnx)."""
 from __future__ import annotations
 
 import os
@@ -63,6 +64,15 @@ def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
         name, artifact_location=None if remote else (Path(s.paths.artifacts) / "mlflow-artifacts").as_uri())
 
 
+# The chosen model and the default path: kept once. With embedded tracking they stay in the run
+# folder (the registry points there); a tracking server also gets them, for the fleet's hosts.
+MODEL_FILES = ("model.onnx", "default.onnx")
+
+
+def _logs_models(s: Settings) -> bool:
+    return s.tracking.mlflow_uri.startswith(("http://", "https://"))
+
+
 def experiment_name(s: Settings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}@{s.target.name}"
 
@@ -119,7 +129,8 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     """Log the run's figures and files, move the registry's `active` alias when the plan was
     adapted, and record the registry state in plan.json. Returns the final plan."""
     client = _client(s)
-    client.log_artifact(run_id, str(folder / "model.onnx"))
+    if _logs_models(s):
+        client.log_artifact(run_id, str(folder / "model.onnx"))
     plan = dict(plan, registry=promote(s, run_id, plan, model_name))
     try:
         _log_outcome(client, s, run_id, plan, folder)
@@ -146,7 +157,7 @@ def _log_outcome(client: MlflowClient, s: Settings, run_id: str, plan: dict, fol
     metrics.append(Metric("n_actions", float(len(plan["actions"])), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)
     for f in sorted(folder.iterdir()):
-        if f.name != "model.onnx":
+        if f.name != "model.onnx" and (f.name not in MODEL_FILES or _logs_models(s)):
             client.log_artifact(run_id, str(f))
     client.set_terminated(run_id, "FINISHED")
 
@@ -179,8 +190,9 @@ def promote(s: Settings, run_id: str, plan: dict, model_name: str) -> dict:
         active = None
     if plan["decision"] != "adapted" and active is not None:
         return {"registered_model": name, "active_version": str(active.version), "changed": False}
+    local = plan.get("artifact") and not _logs_models(s)       # the run folder's model.onnx
     version = client.create_model_version(
-        name, source=f"runs:/{run_id}/model.onnx", run_id=run_id,
+        name, source=str(plan["artifact"]) if local else f"runs:/{run_id}/model.onnx", run_id=run_id,
         tags={"decision": plan["decision"], "fingerprint_version": plan["fingerprint_version"],
               "previous_active": str(active.version) if active else ""})
     client.set_registered_model_alias(name, ACTIVE, version.version)
@@ -250,6 +262,9 @@ def active_plans(s: Settings) -> list:
 
 def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
     """The active plan's model and the default path it was verified against."""
+    if not version.source.startswith("runs:/"):        # embedded: the files of the plan's run folder
+        run_folder = Path(version.source).parent
+        return run_folder / "model.onnx", run_folder / "default.onnx"
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
     return (Path(client.download_artifacts(version.run_id, "model.onnx", str(folder))),
             Path(client.download_artifacts(version.run_id, "default.onnx", str(folder))))
@@ -258,8 +273,26 @@ def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
 def restore_default(s: Settings, version, reason: str) -> str:
     """Register the default path of the plan's run as a new version and make it active."""
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
-    new = client.create_model_version(version.name, source=f"runs:/{version.run_id}/default.onnx", run_id=version.run_id,
+    source = (f"runs:/{version.run_id}/default.onnx" if version.source.startswith("runs:/")
+              else str(Path(version.source).with_name("default.onnx")))
+    new = client.create_model_version(version.name, source=source, run_id=version.run_id,
                                       tags={"decision": "rolled_back", "reason": reason[:4000],
                                             "previous_active": str(version.version)})
     client.set_registered_model_alias(version.name, ACTIVE, new.version)
     return str(new.version)
+
+
+def protected_runs(s: Settings) -> set[str]:
+    """MLflow runs whose run folders a clean-up keeps: every pair's active plan and the plan it
+    replaced (what flows/rollback.py restores)."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    out = set()
+    for rm in client.search_registered_models(max_results=1000):
+        try:
+            active = client.get_model_version_by_alias(rm.name, ACTIVE)
+        except MlflowException:
+            continue
+        out.add(active.run_id)
+        if active.tags.get("previous_active"):
+            out.add(client.get_model_version(rm.name, active.tags["previous_active"]).run_id)
+    return out

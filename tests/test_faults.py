@@ -1,6 +1,6 @@
 """Faults as an operator meets them (issue 17): adapts started together into an empty
 paths.artifacts, SIGKILL / SIGTERM / Ctrl-C (SIGINT to the process group) at a stage boundary,
-and stores that cannot be used. Each case runs `python flows/adapt.py` as a user would and checks
+stores that cannot be used, and flows/gc.py's retention. Each case runs `python flows/adapt.py` as a user would and checks
 the outcome: exit code, one `error:` line, no traceback, no run folder, the MLflow run's end
 state, the registry untouched and no temporary Prefect server left running.
 
@@ -8,6 +8,7 @@ One store is made by the first-use case and copied for the signal cases (a fresh
 migrations cost more than the runs themselves)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from mlflow.tracking import MlflowClient
+
+from metainfer_core.retention import run_folders, stale_partials, to_remove
+from tasks.tracking import promote, protected_runs, start_run
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = ["model=mlp", "search=quick", "profile.reps=3", "profile.warmup=1", "profile.batch_gradient=[1]",
@@ -179,3 +184,49 @@ def test_unusable_stores_are_refused_in_one_paragraph(first_use, tmp_path):
         for fragment in fragments:
             assert fragment in error, (case, fragment, error)
         assert not_a_folder.is_file() and (case == "unwritable" or _no_run_folder(folder))
+
+
+def _run_folder(artifacts: Path, name: str, model: str, run_id: str) -> Path:
+    folder = artifacts / "runs" / name
+    folder.mkdir(parents=True)
+    (folder / "model.onnx").write_bytes(b"x" * 1000)
+    (folder / "plan.json").write_text(json.dumps({"model": {"name": model}, "target": {"name": "npu"},
+                                                  "mlflow_run_id": run_id, "artifact": str(folder / "model.onnx")}))
+    return folder
+
+
+@pytest.mark.slow
+def test_gc_keeps_the_newest_per_pair_and_the_active_plans(first_use, tmp_path):
+    """flows/gc.py (issue 17, disk): the newest gc.keep run folders per (model, target) pair stay,
+    and so do the active plan's and the one it replaced, whatever their age; a stale staging
+    folder goes. In a copy of the first-use store: its MLflow database is migrated already."""
+    from tasks.compose import load_settings
+
+    tmp_path = tmp_path / "store"
+    shutil.copytree(first_use[0], tmp_path)
+    s, raw = load_settings([f"paths.artifacts={tmp_path}", "target=npu"])
+    folders = {}
+    for i, decision in enumerate(["adapted", "adapted", "rolled_back", "rolled_back", "rolled_back"]):
+        run_id = start_run(s, raw, "mlp", f"r{i}")
+        folders[i] = _run_folder(tmp_path, f"2026010{i}-mlp-npu", "mlp", run_id)
+        promote(s, run_id, {"decision": decision, "fingerprint_version": "v",
+                            "artifact": str(folders[i] / "model.onnx")}, "mlp")
+    other = _run_folder(tmp_path, "20260101-bert-npu", "bert", "no-such-run")      # another pair: its newest stays
+    partial = tmp_path / "runs" / ".20260109-mlp-npu.partial"
+    partial.mkdir()
+    os.utime(partial, (time.time() - 7200, time.time() - 7200))
+    (tmp_path / "runs" / ".20260110-mlp-npu.partial").mkdir()                 # a live run's: young, stays
+
+    protected = protected_runs(s)       # run 1 is active (adapted last), run 0 the plan it replaced
+    doomed = {e.path for e in to_remove(run_folders(tmp_path), 2, protected)}
+    assert doomed == {folders[2]}, doomed
+    assert stale_partials(tmp_path) == [partial]
+    version = MlflowClient(tracking_uri=s.tracking.mlflow_uri).get_model_version("mlp.npu", "2")
+    assert Path(version.source) == folders[1] / "model.onnx"      # embedded: the registry points at the run folder
+
+    res = subprocess.run([sys.executable, str(ROOT / "flows" / "gc.py"), f"paths.artifacts={tmp_path}", "gc.keep=2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "gc: removed 2 run folders (0.0 MB), kept 5"
+    assert not folders[2].exists() and not partial.exists() and other.exists()
+    assert all(folders[i].exists() for i in (0, 1, 3, 4))

@@ -2,6 +2,8 @@
 MLflow run; and bad input failing with one paragraph, a non-zero exit and nothing written."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import onnx
 import pytest
 from mlflow.tracking import MlflowClient
@@ -33,7 +35,10 @@ def _check_contract(plan: dict, tmp_path) -> None:
     assert run.data.tags["firmware"] == plan["target"]["firmware"]
     assert run.data.params["weights.name"] and "baseline.latency_ms" in run.data.metrics
     names = {a.path for a in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").list_artifacts(run.info.run_id)}
-    assert {"plan.json", "model.onnx", "feature_map.json"} <= names
+    assert {"plan.json", "feature_map.json"} <= names and not names & {"model.onnx", "default.onnx"}   # stored once
+    version = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").get_model_version(
+        plan["registry"]["registered_model"], plan["registry"]["active_version"])
+    assert Path(version.source).parent == Path(plan["artifact"]).parent         # the run folder's model
 
 
 @pytest.mark.slow
