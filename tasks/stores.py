@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import sqlite3
 import sys
 import tempfile
@@ -130,14 +131,24 @@ def check(s: Settings) -> None:
         check_sqlite(path, setting)
 
 
+def _needs_temporary_server(s: Settings) -> bool:
+    """A flow that uses Prefect (flows/rollback.py and flows/gc.py never import it) without a
+    Prefect API of its own: deploy.prefect_api_url, or PREFECT_API_URL from the environment or
+    the Prefect profile (a worker running a deployment; `--serve` under `prefect server start`)."""
+    if "prefect" not in sys.modules or s.deploy.prefect_api_url:
+        return False
+    from prefect.settings import get_current_settings
+
+    return not (os.environ.get("PREFECT_API_URL") or get_current_settings().api.url)
+
+
 def prepare(s: Settings, stack: contextlib.ExitStack) -> str | None:
     """Migrate and (embedded) start the temporary Prefect server, stopped when `stack`
     closes. Returns that server's API URL, or None when a Prefect server is configured."""
     from tasks.prefect_server import TemporaryServer
 
     artifacts = Path(s.paths.artifacts)
-    uses_prefect = "prefect" in sys.modules      # flows/rollback.py and flows/gc.py never import it
-    server = TemporaryServer(s.tracking.prefect_home) if uses_prefect and not s.deploy.prefect_api_url else None
+    server = TemporaryServer(s.tracking.prefect_home) if _needs_temporary_server(s) else None
     with first_use(artifacts) as fresh:
         if fresh:
             migrate(s)
