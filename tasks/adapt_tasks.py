@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE

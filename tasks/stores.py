@@ -94,10 +94,13 @@ def first_use(artifacts: Path) -> Iterator[bool]:
     """Held while the stores are migrated; yields False (and takes no lock) when this version's
     migrations are already done."""
     lock = artifacts / LOCK_NAME
-    with contextlib.suppress(OSError):
-        if lock.read_text() == _versions():
-            yield False
-            return
+    try:
+        done = lock.read_text() == _versions()
+    except OSError:
+        done = False
+    if done:
+        yield False
+        return
     with open(lock, "a+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)      # released when the file closes, also when the process dies
         try:
@@ -152,7 +155,9 @@ def prepare(s: Settings, stack: contextlib.ExitStack) -> str | None:
     with first_use(artifacts) as fresh:
         if fresh:
             migrate(s)
-        if server is not None:          # its start-up runs Prefect's migrations
-            stack.enter_context(server)
+            if server is not None:      # its start-up runs Prefect's migrations
+                stack.enter_context(server)
+    if server is not None and not fresh:
+        stack.enter_context(server)
     return server.api_url if server is not None else None
 
