@@ -22,8 +22,20 @@ class Terminated(BaseException):
     end the process on the spot: no MLflow run ended, the temporary server left behind)."""
 
 
+def _unwinding() -> None:
+    # the run is ending its MLflow run and stopping its server (seconds): a second Ctrl-C (people
+    # press it twice) would cut that short and leave both behind; SIGKILL still ends it at once
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _raise_terminated(signum, _frame):
+    _unwinding()
     raise Terminated(signum)
+
+
+def _raise_interrupt(signum, _frame):
+    _unwinding()
+    raise KeyboardInterrupt
 
 
 def _stopped(exc: BaseException) -> str | None:
@@ -40,7 +52,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     if not debug:  # Prefect logs task failures with their traceback; the paragraph below says it all
         logging.getLogger("prefect").setLevel(logging.CRITICAL)
         logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated), signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         s, raw = load_settings(argv)
         stores.check(s)
@@ -70,6 +82,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
               "KILLED).", file=sys.stderr)
         return 130 if name == "SIGINT" else 143
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
     print(last_line, flush=True)
     return 0
