@@ -32,11 +32,11 @@ def adapt_flow(raw: dict) -> str:
     budget = s.budget.start()
     model_name = s.model.name
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
+    timings: dict[str, float] = {}
+    prepared = timed(budget, timings, "normalize", normalize_task, raw)   # refuses a bad model before any record
     run_id = start_run(s, raw, model_name, run_name)
     label_flow_run(run_name, [f"model:{model_name}", f"target:{s.target.name}"])
     try:
-        timings: dict[str, float] = {}
-        prepared = timed(budget, timings, "normalize", normalize_task, raw)
         report = timed(budget, timings, "profile", profile_task, raw, prepared, bounded=True)
         cost_model, _ = timed(budget, timings, "train", train_predictor_task, raw, report.fingerprint_version)
         outcome = timed(budget, timings, "search", search_task, raw, prepared, cost_model, bounded=True)
@@ -46,13 +46,18 @@ def adapt_flow(raw: dict) -> str:
         else:
             verified = timed(budget, timings, "verify", verify_task, raw, prepared, outcome, cost_model, bounded=True)
             remote = None
-        folder, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
+        staged, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
                                      budget, remote)
-        finish_run(s, run_id, plan, folder, model_name)
-        publish_report(folder, model_name, s.target.name)
+        try:        # the run folder appears only once tracking and the registry have it
+            finish_run(s, run_id, plan, staged.staging, model_name)
+            folder = staged.commit()
+        except BaseException:
+            staged.discard()
+            raise
     except BaseException as exc:
-        fail_run(s, run_id, f"{type(exc).__name__}: {exc}")
+        fail_run(s, run_id, f"{type(exc).__name__}: {exc}", killed=not isinstance(exc, Exception))
         raise
+    publish_report(folder, model_name, s.target.name)
     return str(folder / "plan.json")
 
 

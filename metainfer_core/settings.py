@@ -195,6 +195,11 @@ class FeedbackSettings(_Strict):
     model_path: str | None = None                               # the deployed ONNX; default: the active plan
 
 
+class GcSettings(_Strict):
+    keep: int = Field(default=5, ge=1)      # flows/gc.py: run folders kept per (model, target) pair
+    dry_run: bool = False                   # only list what would go
+
+
 class PredictorSettings(_Strict):
     name: str = "default"
     mode: Literal["train", "fine_tune"] = "train"   # what flows/train.py does
@@ -282,6 +287,7 @@ class Settings(_Strict):
     paths: PathSettings
     reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
     feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
+    gc: GcSettings = Field(default_factory=GcSettings)
     predictor: PredictorSettings = Field(default_factory=PredictorSettings)
     deploy: DeploySettings = Field(default_factory=DeploySettings)
     task_runner: TaskRunnerSettings = Field(default_factory=TaskRunnerSettings)

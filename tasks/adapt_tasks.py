@@ -83,8 +83,9 @@ def _plots(plan: dict, folder: RunFolder) -> list[tuple[str, str]]:
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
                   cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
-                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[Path, dict]:
-    """Decide, then write the run folder (chosen model, plan.json, plan.md, feature map) atomically."""
+                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[RunFolder, dict]:
+    """Decide, then stage the run folder (chosen model, plan.json, plan.md, feature map); the flow
+    commits it once tracking has it."""
     s = _settings(raw)
     backend = stages.make_backend(s)
     decision, chosen = stages.decide_stage(s, backend, outcome, verified)
@@ -114,11 +115,10 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
             plan["verify_remote"] = remote
         folder.write_json("plan.json", plan)
         folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder)))
-        final = folder.commit()
     except BaseException:
         folder.discard()
         raise
-    return final, plan
+    return folder, plan
 
 
 def print_summary(plan_path: str) -> None:

@@ -1,10 +1,12 @@
 """Shared command-line behaviour of the flows: compose and validate the config, point the
 stores at the artifacts folder, run, and turn any failure into one paragraph and an exit code
-(2: bad input or configuration, 1: a failure inside the pipeline). No traceback unless
-debug=true."""
+(2: bad input or configuration, 1: a failure inside the pipeline, 130/143: stopped by SIGINT/SIGTERM).
+No traceback unless debug=true."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import sys
 from typing import Callable
 
@@ -12,7 +14,38 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.settings import Settings
 from tasks.cli_help import composed_yaml, flow_help, parse_flags, prog_name
 from tasks.compose import load_settings
-from tasks.environment import configure
+from tasks.environment import configure, use_temporary_server
+from tasks import stores
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the run is, so that it unwinds like Ctrl-C (Python's default would
+    end the process on the spot: no MLflow run ended, the temporary server left behind)."""
+
+
+def _unwinding() -> None:
+    # the run is ending its MLflow run and stopping its server (seconds): a second Ctrl-C (people
+    # press it twice) would cut that short and leave both behind; SIGKILL still ends it at once
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _raise_terminated(signum, _frame):
+    _unwinding()
+    raise Terminated(signum)
+
+
+def _raise_interrupt(signum, _frame):
+    _unwinding()
+    raise KeyboardInterrupt
+
+
+def _stopped(exc: BaseException) -> str | None:
+    """The signal that ended the run, by name, when `exc` is how an interrupt surfaces."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "SIGINT"
+    if isinstance(exc, Terminated) or getattr(exc, "signal", None) == signal.SIGTERM:   # Prefect's TerminationSignal
+        return "SIGTERM"
+    return None
 
 
 def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
@@ -20,6 +53,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     if not debug:  # Prefect logs task failures with their traceback; the paragraph below says it all
         logging.getLogger("prefect").setLevel(logging.CRITICAL)
         logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."
+    previous = signal.signal(signal.SIGTERM, _raise_terminated), signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         argv, request = parse_flags(argv)      # --help, --cfg job
         if request == "help":
@@ -29,16 +63,18 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
         if request == "cfg":
             print(composed_yaml(raw))
             return 0
+        stores.check(s)
         configure(s)
-        last_line = body(s, raw)
+        with contextlib.ExitStack() as stack:       # the temporary Prefect server stops on every way out
+            api_url = stores.prepare(s, stack)
+            if api_url:
+                use_temporary_server(s, api_url, stack)
+            last_line = body(s, raw)
     except MetaInferError as exc:
         if debug:
             raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted; nothing was written for this run.", file=sys.stderr)
-        return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence for the user
         if debug:
             raise
@@ -46,5 +82,15 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
         print(f"error: the run failed inside the pipeline ({type(exc).__name__}: {msg}). Nothing was written for "
               "this run. Run again with debug=true to see the traceback.", file=sys.stderr)
         return 1
+    except BaseException as exc:
+        name = _stopped(exc)
+        if name is None:
+            raise
+        print(f"error: stopped by {name}; nothing was kept for this run (an MLflow run it had started is marked "
+              "KILLED).", file=sys.stderr)
+        return 130 if name == "SIGINT" else 143
+    finally:
+        signal.signal(signal.SIGTERM, previous[0])
+        signal.signal(signal.SIGINT, previous[1])
     print(last_line, flush=True)
     return 0

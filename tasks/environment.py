@@ -72,6 +72,15 @@ def configure(s: Settings) -> None:
 _SETTINGS = contextlib.ExitStack()
 
 
+def use_temporary_server(s: Settings, api_url: str, stack: contextlib.ExitStack) -> None:
+    """Point this process and the processes it starts at the run's temporary Prefect server
+    (tasks/prefect_server.py) until `stack` closes."""
+    os.environ["PREFECT_API_URL"] = api_url
+    _update_prefect(s.tracking.prefect_home, api_url)
+    stack.callback(_SETTINGS.close)
+    stack.callback(os.environ.pop, "PREFECT_API_URL", None)
+
+
 def _update_prefect(home: str, api_url: str | None) -> None:
     """Prefect froze its settings when it was imported (home, and from it the database URL and
     storage paths; the API URL): the environment alone would reach only the processes it starts,

@@ -1,8 +1,11 @@
 """MLflow: one run per adapt, in an experiment per (model, target), with params, metrics,
-the tags fingerprint_version / firmware / measurement, and the plan and model as artifacts."""
+the tags fingerprint_version / firmware / measurement, and the plan as artifacts (the models too
+with a tracking server; embedded, the registry points at the run folder's model.onnx)."""
 from __future__ import annotations
 
+import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +70,50 @@ def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
         tags=dict([EXPERIMENT_KIND]))
 
 
+# The chosen model and the default path: kept once. With embedded tracking they stay in the run
+# folder (the registry points there); a tracking server also gets them, for the fleet's hosts.
+MODEL_FILES = ("model.onnx", "default.onnx")
+
+
+def _logs_models(s: Settings) -> bool:
+    return s.tracking.mlflow_uri.startswith(("http://", "https://"))
+
+
 def experiment_name(s: Settings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}@{s.target.name}"
+
+
+def _process() -> str:
+    """This process, so that a later run can tell whether it still lives: host, pid and start
+    time (a pid is re-used once its process has gone)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_started(os.getpid())}"
+
+
+def _started(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]    # field 22: starttime
+    except (OSError, IndexError):
+        return ""
+
+
+def _gone(process: str) -> bool:
+    host, _, rest = process.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False        # another host's run: it may well be alive
+    return _started(int(pid)) != started
+
+
+def fail_dead_runs(client: MlflowClient, exp_id: str, by: str) -> list[str]:
+    """Mark FAILED the runs of the experiment left RUNNING by a process of this host that has
+    gone (SIGKILL, out of memory, power loss): nothing else would end them."""
+    dead = [r for r in client.search_runs([exp_id], "attributes.status = 'RUNNING'", max_results=1000)
+            if r.data.tags.get("process") and _gone(r.data.tags["process"])]
+    for r in dead:
+        client.set_tag(r.info.run_id, "error", f"its process ({r.data.tags['process']}) ended without ending the run "
+                                               f"(killed?); marked FAILED by run {by}")
+        client.set_terminated(r.info.run_id, "FAILED")
+    return [r.info.run_id for r in dead]
 
 
 def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
@@ -76,7 +121,9 @@ def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     name = experiment_name(s, model_name)
     exp_id = _experiment_id(client, s, name)
     run = client.create_run(exp_id, run_name=run_name, tags={"model": model_name, "target": s.target.name,
-                                                             "measurement": s.target.measurement})
+                                                             "measurement": s.target.measurement,
+                                                             "process": _process()})
+    fail_dead_runs(client, exp_id, run.info.run_id)
     params = _params({k: v for k, v in _flatten({k: v for k, v in raw.items() if k not in NOT_ADAPT}).items()
                       if not k.startswith("target.spec.")})
     params += _params({f"target.spec.{k}": v for k, v in s.target.spec.items()})
@@ -89,8 +136,18 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     """Log the run's figures and files, move the registry's `active` alias when the plan was
     adapted, and record the registry state in plan.json. Returns the final plan."""
     client = _client(s)
-    client.log_artifact(run_id, str(folder / "model.onnx"))
+    if _logs_models(s):
+        client.log_artifact(run_id, str(folder / "model.onnx"))
     plan = dict(plan, registry=promote(s, run_id, plan, model_name))
+    try:
+        _log_outcome(client, s, run_id, plan, folder)
+    except BaseException:       # interrupted or failed after the registry moved: put it back
+        unpromote(s, plan["registry"])
+        raise
+    return plan
+
+
+def _log_outcome(client: MlflowClient, s: Settings, run_id: str, plan: dict, folder: Path) -> None:
     rewrite_json(folder / "plan.json", plan)
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
@@ -112,12 +169,11 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     metrics.append(Metric("n_actions", float(len(plan["actions"])), 0, 0))
     metrics.append(Metric("n_warnings", float(len(plan.get("warnings") or [])), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)
-    client.update_run(run_id, name=run_title(plan, folder.name))
+    client.update_run(run_id, name=run_title(plan, Path(plan["artifact"]).parent.name))   # the final folder's name
     for f in sorted(folder.iterdir()):
-        if f.name != "model.onnx":
+        if f.name != "model.onnx" and (f.name not in MODEL_FILES or _logs_models(s)):
             client.log_artifact(run_id, str(f))
     client.set_terminated(run_id, "FINISHED")
-    return plan
 
 
 def run_title(plan: dict, folder_name: str) -> str:
@@ -131,10 +187,11 @@ def run_title(plan: dict, folder_name: str) -> str:
             f"{plan_name(plan['actions'])} {stamp}")
 
 
-def fail_run(s: Settings, run_id: str, message: str) -> None:
+def fail_run(s: Settings, run_id: str, message: str, killed: bool = False) -> None:
+    """End the run FAILED, or KILLED when an interrupt (SIGINT, SIGTERM) stopped it."""
     client = _client(s)
     client.set_tag(run_id, "error", mask_secrets(message)[:5000])
-    client.set_terminated(run_id, "FAILED")
+    client.set_terminated(run_id, "KILLED" if killed else "FAILED")
 
 
 def registered_name(model_name: str, target: str) -> str:
@@ -158,13 +215,27 @@ def promote(s: Settings, run_id: str, plan: dict, model_name: str) -> dict:
         active = None
     if plan["decision"] != "adapted" and active is not None:
         return {"registered_model": name, "active_version": str(active.version), "changed": False}
+    local = plan.get("artifact") and not _logs_models(s)       # the run folder's model.onnx
     version = client.create_model_version(
-        name, source=f"runs:/{run_id}/model.onnx", run_id=run_id,
+        name, source=str(plan["artifact"]) if local else f"runs:/{run_id}/model.onnx", run_id=run_id,
         tags={"decision": plan["decision"], "fingerprint_version": plan["fingerprint_version"],
               "previous_active": str(active.version) if active else ""})
     client.set_registered_model_alias(name, ACTIVE, version.version)
     return {"registered_model": name, "active_version": str(version.version), "changed": True,
             "previous_version": str(active.version) if active else None}
+
+
+def unpromote(s: Settings, registry: dict) -> None:
+    """Undo promote(): the new version goes, `active` returns to the version it replaced."""
+    if not registry.get("changed"):
+        return
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    name, previous = registry["registered_model"], registry.get("previous_version")
+    if previous:
+        client.set_registered_model_alias(name, ACTIVE, previous)
+    else:
+        client.delete_registered_model_alias(name, ACTIVE)
+    client.delete_model_version(name, registry["active_version"])
 
 
 def roll_back_active(s: Settings, model_name: str) -> tuple[str, str, str]:
@@ -216,6 +287,9 @@ def active_plans(s: Settings) -> list:
 
 def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
     """The active plan's model and the default path it was verified against."""
+    if not version.source.startswith("runs:/"):        # embedded: the files of the plan's run folder
+        run_folder = Path(version.source).parent
+        return run_folder / "model.onnx", run_folder / "default.onnx"
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
     return (Path(client.download_artifacts(version.run_id, "model.onnx", str(folder))),
             Path(client.download_artifacts(version.run_id, "default.onnx", str(folder))))
@@ -224,8 +298,26 @@ def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
 def restore_default(s: Settings, version, reason: str) -> str:
     """Register the default path of the plan's run as a new version and make it active."""
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
-    new = client.create_model_version(version.name, source=f"runs:/{version.run_id}/default.onnx", run_id=version.run_id,
+    source = (f"runs:/{version.run_id}/default.onnx" if version.source.startswith("runs:/")
+              else str(Path(version.source).with_name("default.onnx")))
+    new = client.create_model_version(version.name, source=source, run_id=version.run_id,
                                       tags={"decision": "rolled_back", "reason": reason[:4000],
                                             "previous_active": str(version.version)})
     client.set_registered_model_alias(version.name, ACTIVE, new.version)
     return str(new.version)
+
+
+def protected_runs(s: Settings) -> set[str]:
+    """MLflow runs whose run folders a clean-up keeps: every pair's active plan and the plan it
+    replaced (what flows/rollback.py restores)."""
+    client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
+    out = set()
+    for rm in client.search_registered_models(max_results=1000):
+        try:
+            active = client.get_model_version_by_alias(rm.name, ACTIVE)
+        except MlflowException:
+            continue
+        out.add(active.run_id)
+        if active.tags.get("previous_active"):
+            out.add(client.get_model_version(rm.name, active.tags["previous_active"]).run_id)
+    return out

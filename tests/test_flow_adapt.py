@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from pathlib import Path
 
 import onnx
 import pytest
@@ -46,7 +47,10 @@ def _check_contract(plan: dict, tmp_path) -> None:
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"     # the model-training view
     names = {a.path for a in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").list_artifacts(run.info.run_id)}
-    assert {"plan.json", "plan.md", "model.onnx", "feature_map.json"} <= names
+    assert {"plan.json", "plan.md", "feature_map.json"} <= names and not names & {"model.onnx", "default.onnx"}   # stored once
+    version = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").get_model_version(
+        plan["registry"]["registered_model"], plan["registry"]["active_version"])
+    assert Path(version.source).parent == Path(plan["artifact"]).parent         # the run folder's model
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -157,9 +158,11 @@ class CostModel:
     def save(self, folder: Path) -> int:
         """Save as a new revision of the store at `folder`; returns the revision number."""
         store = PredictorStore(folder)
+        parent = store.path(self.meta.parent) if self.meta.kind == "recalibrated" and self.meta.parent else None
         rev, path = store.new_revision_path()
         self.meta.revision = rev
-        self.kernels.save(path)
+        if parent is None or not _link_kernels(parent, path):
+            self.kernels.save(path)
         (path / "correction.json").write_text(json.dumps(self.correction.as_dict(), indent=2))
         (path / "meta.json").write_text(json.dumps(asdict(self.meta), indent=2, default=_json_default))
         return rev
@@ -216,6 +219,22 @@ def load_or_train(records: list[dict], fingerprint_version: str, folder: Path, s
     store.set_current(rev)
     store.log("trained", revision=rev, n_records=cm.meta.n_records, n_plan_runs=cm.meta.n_plan_runs)
     return cm, True
+
+
+def _link_kernels(parent: Path, path: Path) -> bool:
+    """A recalibrated revision keeps its parent's kernel model: hard links to the parent's files
+    (a revision per verified run would otherwise copy ~1 MB of trees each time)."""
+    files = sorted(parent.glob("kernel_*"))
+    if not any(f.name == "kernel_latency.cbm" for f in files):
+        return False
+    try:
+        for f in files:
+            os.link(f, path / f.name)
+    except OSError:             # a file system without hard links: save a copy instead
+        for f in files:
+            (path / f.name).unlink(missing_ok=True)
+        return False
+    return True
 
 
 def _json_default(x):

@@ -63,6 +63,8 @@ def test_revisions_reuse_and_reload(npu_set, tmp_path):
                                          params=PARAMS)
     assert trained_grown and grown.meta.revision == 2 and grown.meta.kind == "recalibrated"
     assert np.allclose(grown.predict_graph_kernels_ms(graph), cm.predict_graph_kernels_ms(graph))
+    r1, r2 = (tmp_path / "r1" / "kernel_latency.cbm").stat(), (tmp_path / "r2" / "kernel_latency.cbm").stat()
+    assert (r1.st_ino, r1.st_dev) == (r2.st_ino, r2.st_dev)       # its kernels are r1's file, not a copy
     # kernel records changed: trained anew
     fresh, _ = load_or_train(records[:-5], npu_set.version, tmp_path, spec=npu_set.spec, plan_runs=runs[:-1],
                              params=PARAMS)
