@@ -394,8 +394,8 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
             t = group[t]
         return t
 
-    concats = [n for n in g.node if n.op_type == "Concat" and n.output[0] and liftable(n, n.output[0])
-               and all(is_float(i) for i in n.input)]
+    concats = [n for n in g.node if inputs_only and n.op_type == "Concat" and all(is_float(i) for i in n.input)
+               and (id(n) in chosen_ids or liftable(n, n.output[0]))]
     for n in concats:
         for i in n.input[1:]:
             group[root(i)] = root(n.input[0])
@@ -421,6 +421,8 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
             slots = range(len(p.input)) if p.op_type == "Concat" else (0,)
             if id(p) not in through and all(is_float(p.input[i]) for i in slots):
                 through.add(id(p))
+                if p.op_type != "Concat" and t in params and p.input[0] not in params:
+                    params[p.input[0]] = params[t]      # a Concat input's shared scale moves up with it
                 for i in slots:
                     lifted(p.input[i], p, i)
             if id(p) in through:

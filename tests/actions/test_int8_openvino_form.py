@@ -90,3 +90,19 @@ def test_offered_only_with_an_openvino_path_and_once_per_scope():
     assert not ACTIONS["int8"].sites(m, dict(OV_INT8, activation_type="QInt8"), cpu)
     assert not ACTIONS["int8"].sites(m, OV_INT8, backend("npu").info)
     assert ACTIONS["int8"].sites(m, dict(OV_INT8, placement="inputs_outputs"), backend("npu").info)
+
+
+def test_scope_all_concats_share_a_scale_too():
+    m = normalize(build("unet_tiny"), None).model
+    out, feeds = apply("int8", m, dict(OV_INT8, scope="all"), target="cpu")
+    producer, inits = _wiring(out)
+    def scale(t):       # the scale t is read at, through a lifted Resize / MaxPool
+        p = producer[t]
+        return float(inits[p.input[1]]) if p.op_type == "DequantizeLinear" else scale(p.input[0])
+
+    for c in (n for n in out.graph.node if n.op_type == "Concat"):
+        assert len({scale(i) for i in c.input}) == 1
+    on_ort = run_cpu(out, feeds)
+    assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
+    compiled = host().compile(out)
+    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < 1e-3
