@@ -41,6 +41,9 @@ class ModelSettings(_Strict):
         return self
 
 
+BUILT_IN_BACKENDS = "metainfer_core.backends."     # `_target_` classes that need no trust_config_code
+
+
 class TargetSettings(_Strict):
     name: str
     backend: str = Field(alias="_target_")
@@ -85,16 +88,12 @@ class AccuracySettings(_Strict):
 
     @field_validator("metric")
     @classmethod
-    def _known_metric(cls, metric: str) -> str:
-        from metainfer_core.accuracy import METRICS, make_loss
+    def _metric_form(cls, metric: str) -> str:
+        from metainfer_core.accuracy import METRICS
 
-        if metric not in METRICS:
-            try:
-                make_loss(metric)
-            except (ImportError, AttributeError, ValueError) as exc:
-                raise ValueError(f"{metric!r} is neither one of {list(METRICS)} nor an importable "
-                                 f"'package.module:function' ({exc})") from None
-        return metric
+        if metric not in METRICS and ":" not in metric:
+            raise ValueError(f"{metric!r} is neither one of {list(METRICS)} nor a 'package.module:function'")
+        return metric      # user code is imported only under trust_config_code (Settings._config_code)
 
 
 class SearchSettings(_Strict):
@@ -295,6 +294,31 @@ class Settings(_Strict):
     targets: list[str] | None = None                     # flows/deploy.py (None: reprofile.targets)
     seed: int = 0
     debug: bool = False
+    trust_config_code: bool = False     # may the configuration name code to import (metric, backend)?
+
+    @model_validator(mode="after")
+    def _config_code(self) -> "Settings":
+        """Code the configuration names outside meta-infer (a `package.module:function` metric, a
+        `_target_` backend class elsewhere) runs when imported: only with trust_config_code=true."""
+        from metainfer_core.accuracy import METRICS, make_loss
+
+        named = []
+        if self.accuracy.metric not in METRICS:
+            named.append(f"accuracy.metric={self.accuracy.metric}")
+        if not self.target.backend.startswith(BUILT_IN_BACKENDS):
+            named.append(f"target._target_={self.target.backend}")
+        if named and not self.trust_config_code:
+            raise ValueError(
+                f"{' and '.join(named)} names code outside meta-infer, and importing a module runs it. It is "
+                "imported only when you trust the configuration: add trust_config_code=true (off by default; it "
+                "travels with the overrides to fleet workers, which refuse such code unless it is set)")
+        if self.accuracy.metric not in METRICS:
+            try:
+                make_loss(self.accuracy.metric)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ValueError(f"accuracy.metric={self.accuracy.metric!r} is not an importable "
+                                 f"'package.module:function' ({exc})") from None
+        return self
 
     @property
     def artifacts(self) -> Path:
@@ -313,7 +337,7 @@ def validate_settings(raw: dict[str, Any]) -> Settings:
             if err["type"] == "extra_forbidden":
                 msg = "is not a known setting (check the spelling)"
             # a message that names its own setting (target.spec.<key>=<value>) needs no prefix
-            problems.append(msg if msg.startswith(f"{where}.") else f"{where}: {msg}")
+            problems.append(msg if not where or msg.startswith(f"{where}.") else f"{where}: {msg}")
         raise MetaInferError(
             "Invalid configuration: " + "; ".join(problems) + ". Fix these overrides or the YAML under conf/ and run again."
         ) from None

@@ -87,3 +87,16 @@ def test_unknown_action_and_domain_value(settings_for):
         settings_for("+action_space.actions.teleport={}")
     with pytest.raises(MetaInferError, match="not in its domain"):
         settings_for("action_space.actions.int8.calibrate_method=[Magic]")
+
+
+def test_code_named_in_the_config_is_imported_only_when_trusted(settings_for, capsys):
+    from metainfer_core.errors import MetaInferError
+
+    # `this` prints the Zen of Python when imported: a refusal must not import it
+    for override in ("accuracy.metric=this:x", "target._target_=this.Backend"):
+        with pytest.raises(MetaInferError, match="trust_config_code=true"):
+            settings_for(override)
+        assert "Beautiful is better" not in capsys.readouterr().out
+    assert settings_for("accuracy.metric=numpy:size", "trust_config_code=true").accuracy.metric == "numpy:size"
+    with pytest.raises(MetaInferError, match="not an importable"):
+        settings_for("accuracy.metric=no_such_module:f", "trust_config_code=true")
