@@ -3,7 +3,6 @@ metainfer_core.stages. Settings travel as plain dicts (stable to hash and to ser
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -17,10 +16,7 @@ from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
 from metainfer_core.settings import Settings, validate_settings
-
-
-def _progress(msg: str) -> None:
-    print(f"[meta-infer] {msg}", file=sys.stderr, flush=True)
+from tasks.progress import say as _progress
 
 
 def _settings(raw: dict) -> Settings:

@@ -15,7 +15,7 @@ from metainfer_core.settings import Settings
 from tasks.cli_help import composed_yaml, flow_help, parse_flags, prog_name
 from tasks.compose import load_settings
 from tasks.environment import configure, use_temporary_server
-from tasks import stores
+from tasks import progress, stores
 
 
 class Terminated(BaseException):
@@ -69,7 +69,10 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
             api_url = stores.prepare(s, stack)
             if api_url:
                 use_temporary_server(s, api_url, stack)
-            last_line = body(s, raw)
+            try:
+                last_line = body(s, raw)
+            finally:
+                progress.say.close()        # a progress line being redrawn ends before anything else
     except MetaInferError as exc:
         if debug:
             raise

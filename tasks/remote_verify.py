@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 
 from prefect import task
@@ -22,12 +21,9 @@ from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint import verify_store
 from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify import Verified
+from tasks.progress import say as _progress
 
 FLOW = "verify"          # the deployment of a target is verify/<target> (flows/deploy.py)
-
-
-def _progress(msg: str) -> None:
-    print(f"[meta-infer] {msg}", file=sys.stderr, flush=True)
 
 
 def deployment_name(target: str) -> str:
