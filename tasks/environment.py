@@ -16,6 +16,7 @@ from metainfer_core.settings import Settings
 
 QUIET = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",                    # Prefect's client-side usage events (and its first-run notice)
     "PREFECT_LOGGING_LEVEL": "WARNING",
     "PREFECT_LOGGING_TO_API_ENABLED": "false",
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
