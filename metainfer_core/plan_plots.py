@@ -69,13 +69,8 @@ def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
     _scatter(ax, pts, "measured", "loss")
     if _ok(bound):
         ax.axhline(bound, color="tab:red", ls="--", lw=1, label=f"accuracy bound {bound:g}")
-    ax.set_xlabel("measured latency (ms, median)")
-    ax.set_ylabel("accuracy loss (0 = lossless)")
-    ax.set_title("verified plans: latency vs accuracy loss", fontsize=10)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(folder / LOSS_PLOT, dpi=90)
-    plt.close(fig)
+    _save(plt, fig, ax, "measured latency (ms, median)", "accuracy loss (0 = lossless)",
+          "verified plans: latency vs accuracy loss", folder / LOSS_PLOT)
     written.append(("Latency vs accuracy loss", LOSS_PLOT))
 
     both = [p for p in pts if _ok(p["predicted"]) and p["predicted"] > 0 and p["measured"] > 0]
@@ -95,12 +90,17 @@ def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
             axis.set_minor_formatter(ticker.NullFormatter())
         ax.set_xlim(lo, hi)
         ax.set_ylim(lo, hi)
-        ax.set_xlabel("predicted latency (ms)")
-        ax.set_ylabel("measured latency (ms)")
-        ax.set_title("predictor: predicted vs measured per plan", fontsize=10)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(folder / PREDICTION_PLOT, dpi=90)
-        plt.close(fig)
+        _save(plt, fig, ax, "predicted latency (ms)", "measured latency (ms)",
+              "predictor: predicted vs measured per plan", folder / PREDICTION_PLOT)
         written.append(("Predicted vs measured latency", PREDICTION_PLOT))
     return written
+
+
+def _save(plt, fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> None:
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -8,7 +8,7 @@ import re
 import sys
 from typing import TextIO
 
-_COUNTED = re.compile(r"^(?P<stage>[\w ]+): (?:\D*?)(?P<done>\d+)/(?P<total>\d+)\b")
+_COUNTED = re.compile(r"^(?P<stage>[\w ]+): \D*?(?P<done>\d+)/(?P<total>\d+)\b")
 BAR = 20
 
 

@@ -155,7 +155,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                         child = consider(cand, a2, p2, s2, frontier, stepping)
                         if child is not None:
                             ahead_of[id(child)] = None
-                            ahead_of[id(cand)] = min(ahead_of.get(id(cand)) or child.score, child.score)
+                            ahead_of[id(cand)] = min(ahead_of.get(id(cand), child.score), child.score)
             if result.stopped_by_budget:
                 break
         result.levels = level
@@ -163,7 +163,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             break
         limit = max(evaluator.target.memory_limit_bytes, 1)
         growing = [c for c in frontier + stepping if id(c) not in ahead_of or ahead_of[id(c)] is not None]
-        beam = sorted(growing, key=lambda c: min(c.score, ahead_of.get(id(c)) or c.score)
+        beam = sorted(growing, key=lambda c: min(c.score, ahead_of.get(id(c), c.score))
                       + max(0.0, c.peak_mem_bytes / limit - 1.0))[:beam_width]
         pool = sorted(pool + frontier, key=lambda c: c.score)[:keep]
         if progress:        # (level, new candidates within the bounds, best score[, beam size])

@@ -16,13 +16,18 @@ def _inverted_residual(b: GraphBuilder, x: str, cin: int, cout: int, t: int, str
     return b.op("Add", [x, y]) if stride == 1 and cin == cout else y
 
 
-def build(seed: int = 0):
-    b = GraphBuilder("mobilenet_v2_tiny", seed)
-    x = b.conv_bn(b.input("input", [3, 64, 64]), 3, 16, 3, 2, act=b.relu6)
-    cin = 16
-    for t, cout, n, s in _SETTINGS:
+def mobilenet_v2(name: str, seed: int, size: int, stem: int, settings, head: int, classes: int):
+    """The MobileNetV2 body: a stride-2 stem, the inverted-residual stages of `settings`, a 1x1 head."""
+    b = GraphBuilder(name, seed)
+    x = b.conv_bn(b.input("input", [3, size, size]), 3, stem, 3, 2, act=b.relu6)
+    cin = stem
+    for t, cout, n, s in settings:
         for i in range(n):
             x = _inverted_residual(b, x, cin, cout, t, s if i == 0 else 1)
             cin = cout
-    x = b.conv_bn(x, cin, 256, 1, act=b.relu6)
-    return b.model({"logits": b.classifier(x, 256, 10)})
+    x = b.conv_bn(x, cin, head, 1, act=b.relu6)
+    return b.model({"logits": b.classifier(x, head, classes)})
+
+
+def build(seed: int = 0):
+    return mobilenet_v2("mobilenet_v2_tiny", seed, 64, 16, _SETTINGS, 256, 10)
