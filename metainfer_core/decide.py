@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from metainfer_core.search.score import Weights
 from metainfer_core.verify import Verified
 
 # never trust a latency gain below 3 %, whatever one verify's statistics say: two sessions of the same
@@ -28,19 +29,6 @@ from metainfer_core.verify import Verified
 MIN_GAIN = 0.03
 MIN_MEM_GAIN = 0.05  # a memory-driven plan must save at least 5 % of peak memory
 BOOTSTRAP = 400
-
-
-@dataclass(frozen=True)
-class Objective:
-    """The search's weights (metainfer_core.settings.WeightSettings), applied to measured values."""
-    latency: float
-    memory: float
-    accuracy: float
-    change_penalty: float = 0.0
-
-    def score(self, latency_ratio: float, memory_ratio: float, loss: float, changes: int) -> float:
-        return (self.latency * latency_ratio + self.memory * memory_ratio + self.accuracy * loss
-                + self.change_penalty * changes)
 
 
 def ratio_bounds(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float, float]:
@@ -61,7 +49,7 @@ class Decision:
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
-           objective: Objective | None = None, changes: list[int] | None = None) -> Decision:
+           objective: Weights | None = None, changes: list[int] | None = None) -> Decision:
     """`changes`: how many actions each candidate applies (the change penalty's count)."""
     if not baseline.ok:
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
@@ -126,7 +114,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
                     verdicts)
 
 
-def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Objective | None
+def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Weights | None
                           ) -> int | None:
     """The plan with the fewest actions among `fewer` that the best-scoring plan does not beat
     beyond noise (paired rounds: every plan ran in each round), with no more loss and, when memory

@@ -14,11 +14,11 @@ import onnx
 
 from metainfer_core.accuracy import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.accuracy_guard import repair
-from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.actions import ACTIONS, ActionContext, expand
 from metainfer_core.backends import Backend, create_backend
 from metainfer_core.backends.paths import ExecutionPath, missing_paths
 from metainfer_core.budget import eta
-from metainfer_core.decide import Decision, Objective, decide
+from metainfer_core.decide import Decision, decide
 from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
 from metainfer_core.feedback import calibration_ratio, record_runtime, runtime_run
@@ -52,6 +52,9 @@ class Prepared:
     degenerate: list[str]          # outputs whose reference is near-constant on these inputs
     loss_fn: LossFn = plan_loss     # accuracy.metric, bound to the validation labels if any
     seconds: float = 0.0
+    # what rewrites compute once per run (int8 calibration ranges: seconds of model runs on a large
+    # model), shared by the profile's variants, the search and the accuracy guard
+    action_cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -142,22 +145,16 @@ def profiling_variants(s: Settings, prepared: Prepared, backend: Backend) -> lis
     action again on top of each low-precision variant (int8 kernels fused, tiled or
     channels-last exist only there), so the library holds the kernels the search will ask the
     predictor about. The profiler measures each distinct kernel once."""
-    ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds)
+    ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     space = _space(s)
 
     def rewrites(model: onnx.ModelProto, lossy: bool | None) -> list[tuple[onnx.ModelProto, bool]]:
         out = []
-        for name, domain in space.items():
-            action = ACTIONS[name]
-            if lossy is not None and action.lossy != lossy:
-                continue
-            for params in action.choices(domain):
-                for site in action.sites(model, params, ctx.target):
-                    if action.legal(model, site, params, ctx.target) is None:
-                        try:
-                            out.append((action.apply(model, site, params, ctx), action.lossy))
-                        except Exception:  # noqa: BLE001 - the search reports rewrites that fail
-                            pass
+        for action, params, site in expand(model, space, ctx.target, lossy=lossy):
+            try:
+                out.append((action.apply(model, site, params, ctx), action.lossy))
+            except Exception:  # noqa: BLE001 - the search reports rewrites that fail
+                pass
         return out
 
     first = rewrites(prepared.model, None)
@@ -251,9 +248,9 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
 
     t0 = time.perf_counter()
     info = backend.info
-    weights = Weights(s.weights.latency, s.weights.memory, s.weights.accuracy, s.weights.change_penalty)
+    weights = Weights.of(s.weights)
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
-    ctx = ActionContext(target=info, calibration_feeds=prepared.feeds)
+    ctx = ActionContext(target=info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
                           paths=path_costs(s, prepared, backend))
@@ -354,7 +351,7 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     repaired twin with the culprit nodes pinned to fp32 (both are verified: the difference is
     what the pinning costs)."""
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
-    ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds)
+    ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     extra, repairs = [], []
     for i, c in enumerate(top):
         if not any(st.kind in lossy for st in c.steps) or not ExecutionPath.of(c.model).is_default:
@@ -437,7 +434,7 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
                                        "this device", None), None
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
-               objective(s), [c.changes for c in verified.plans])
+               Weights.of(s.weights), [c.changes for c in verified.plans])
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
 
 
@@ -455,12 +452,6 @@ def _peak_reason(model: onnx.ModelProto, info) -> str:
                        {o.name for o in model.graph.output},
                        streamed_weights=bool(info.extra.get("weights_streamed")))
     return peak_reason(plan, kernels, info.memory_limit_bytes, infos)
-
-
-def objective(s: Settings) -> Objective:
-    """The search's weights, for choosing among verified plans on measured values."""
-    w = s.weights
-    return Objective(w.latency, w.memory, w.accuracy, w.change_penalty)
 
 
 def calibration_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,

@@ -15,6 +15,7 @@ from metainfer_core.decide import decide
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.reprofile import DriftReport, reprofile
 from metainfer_core.reprofile_predictor import path_predictors, refresh
+from metainfer_core.search.score import Weights
 from metainfer_core.settings import validate_settings
 from metainfer_core.tensors import random_feeds
 from metainfer_core.verify import verify
@@ -62,7 +63,7 @@ def reverify_task(raw: dict) -> list[dict]:
         feeds = [random_feeds(default, seed=s.seed + i) for i in range(s.verify.samples)]
         base, cand = verify(backend, [("default", default), ("active", active)], feeds, run_cpu(default, feeds),
                             s.verify.runs, s.verify.warmup)
-        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes, stages.objective(s))
+        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes, Weights.of(s.weights))
         if d.decision == "adapted":
             results.append(entry | {"decision": "kept", "reason": d.reason})
         else:

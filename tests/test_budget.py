@@ -83,3 +83,7 @@ def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
     assert {"directive", "lossy", "rewrite"} <= set(kinds) and "binding" in {a.name for a in order}
     assert kinds == sorted(kinds, key=["directive", "lossy", "rewrite"].index)
     assert {a.name for a in order if a.lossy} >= {n for n in ("int8", "fp16") if n in space and ACTIONS[n].lossy}
+    # the lossy actions take turns: every one's first choice before any one's second
+    lossy = [a.name for a in order if a.lossy]
+    firsts = list(dict.fromkeys(lossy))
+    assert lossy[:len(firsts)] == firsts, lossy
