@@ -12,7 +12,8 @@ from collections import defaultdict
 import onnx
 
 from metainfer_core.actions.base import Action, Param, Site, cached, kernels_of
-from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
+from metainfer_core.directives import FUSION_KEY
+from metainfer_core.kernels import Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
 from metainfer_core.normalize.graph_utils import clone
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
