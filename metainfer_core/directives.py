@@ -23,30 +23,19 @@ ADAPTER = "adapter"  # LAYOUT_KEY's value on a layout adapter Transpose
 
 
 def node_meta(node: onnx.NodeProto, key: str) -> str | None:
-    for p in node.metadata_props:
-        if p.key == key:
-            return p.value
-    return None
+    return _get(node.metadata_props, key)
 
 
 def set_node_meta(node: onnx.NodeProto, key: str, value: str) -> None:
-    for p in node.metadata_props:
-        if p.key == key:
-            p.value = value
-            return
-    node.metadata_props.add(key=key, value=value)
+    _set(node.metadata_props, key, value)
 
 
 def model_meta(model: onnx.ModelProto, key: str) -> str | None:
-    return next((p.value for p in model.metadata_props if p.key == key), None)
+    return _get(model.metadata_props, key)
 
 
 def set_model_meta(model: onnx.ModelProto, key: str, value: str) -> None:
-    for p in model.metadata_props:
-        if p.key == key:
-            p.value = value
-            return
-    model.metadata_props.add(key=key, value=value)
+    _set(model.metadata_props, key, value)
 
 
 def plan_meta(model: onnx.ModelProto) -> dict[str, str]:
@@ -56,3 +45,16 @@ def plan_meta(model: onnx.ModelProto) -> dict[str, str]:
 
 def double_buffered(model: onnx.ModelProto) -> bool:
     return any(p.key == DOUBLE_BUFFER_KEY and p.value == "1" for p in model.metadata_props)
+
+
+def _get(props, key: str) -> str | None:  # type: ignore[no-untyped-def]
+    return next((p.value for p in props if p.key == key), None)
+
+
+def _set(props, key: str, value: str) -> None:  # type: ignore[no-untyped-def]
+    """Overwrite the first entry of `key`, else add one (never a second entry)."""
+    for p in props:
+        if p.key == key:
+            p.value = value
+            return
+    props.add(key=key, value=value)
