@@ -11,7 +11,7 @@ from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
-from metainfer_core.kernels import FUSION_KEY
+from metainfer_core.directives import FUSION_KEY, STRATEGY_KEY
 from metainfer_core.normalize import normalize
 from metainfer_core.normalize.graph_utils import clone
 from metainfer_core.predictor import CostModel
@@ -212,7 +212,7 @@ def test_canonical_hash_ignores_names_and_equivalent_orders():
             n.metadata_props.add(key=FUSION_KEY, value=label)
     assert graph_hash(tagged_a) == graph_hash(tagged_b) != graph_hash(m)
     with_policy = clone(m)
-    with_policy.metadata_props.add(key="metainfer.memory_strategy", value="none")
+    with_policy.metadata_props.add(key=STRATEGY_KEY, value="none")
     assert graph_hash(with_policy) != graph_hash(m)
     info = backend("gpu").info         # commuting actions reach one graph: fuse then layout == layout then fuse
     ctx = ActionContext(target=info)

@@ -19,7 +19,8 @@ from metainfer_core.actions import ActionContext
 from metainfer_core.actions.base import infos_of, kernels_of
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings
+from metainfer_core.directives import DOUBLE_BUFFER_KEY
+from metainfer_core.kernels import Kernel, bind, crossings
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate

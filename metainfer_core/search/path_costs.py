@@ -66,7 +66,7 @@ def quantized_ops(model: onnx.ModelProto) -> tuple[str, ...]:
 
 
 def unbound(model: onnx.ModelProto) -> onnx.ModelProto:
-    from metainfer_core.backends.paths import PATH_KEY
+    from metainfer_core.directives import PATH_KEY
 
     out = onnx.ModelProto()
     out.CopyFrom(model)
