@@ -16,7 +16,9 @@ from metainfer_core.backends.base import TargetInfo
 
 
 def graph_key(model: onnx.ModelProto) -> str:
-    """The search's graph_hash (not imported: metainfer_core.search imports the predictor)."""
+    """The bytes of the graph (names and node order count). Not the search's canonical
+    graph_hash: the zoo's whole-model runs are stored under these keys, and graph_hash merges
+    plans this keeps apart, so switching would orphan them and change the training set."""
     return hashlib.sha1(model.graph.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
