@@ -32,7 +32,7 @@ from metainfer_core.predictor import CostModel, load_or_train
 from metainfer_core.search import Candidate, Evaluator, SearchResult, Weights, beam_search
 from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.settings import Settings
-from metainfer_core.tensors import input_feeds_spec, random_feeds, tensor_infos
+from metainfer_core.tensors import random_feeds, tensor_infos
 from metainfer_core.timing import SETTLE
 from metainfer_core.verify import Verified, verify
 from metainfer_core import zoo

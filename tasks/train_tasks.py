@@ -11,7 +11,7 @@ from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import dataset, offline
 from metainfer_core.predictor.fine_tune import FineTuneResult
 from metainfer_core.predictor.target_join import TargetSpec
-from metainfer_core.settings import Settings, validate_settings
+from metainfer_core.settings import validate_settings
 from tasks.adapt_tasks import _progress
 
 

@@ -3,7 +3,6 @@ sensitivity instead of a run per candidate, exact checks for the best, the weigh
 the chosen plan, and the adaptive switch."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from metainfer_core import stages
@@ -20,23 +19,13 @@ from metainfer_core.search import evaluate as evaluate_module
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import BALANCED, FakeCostModel, backend
 
 INT8 = {"scope": ["compute", "all"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"], "per_channel": [True],
         "calibrate_method": ["MinMax"]}
 SPACE = {"conv_merge": {}, "layout": {}, "fuse_chain": {"max_depth": [2, 4]}, "fp16": {}, "bf16": {}, "int8": INT8,
          "tiling": {"tiles": [2, 4], "axis": ["height"]}, "memory_reuse": {}, "schedule": {}}
-BALANCED = Weights(1.0, 0.3, 1.0, 0.02)
 LOSSY = {n for n, a in ACTIONS.items() if a.lossy}
-
-
-class FakeCostModel:
-    """In-memory twin of the predictor: a fixed cost per kernel."""
-    def predict_kernels_ms(self, kernels):
-        return np.array([0.01 + k.flops * 1e-9 for k in kernels])
-
-    def predict_ms(self, kernels, infos=None):
-        return float(self.predict_kernels_ms(kernels).sum())
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ double_buffer:  host<->device transfers (tensors of kernels bound to the host) u
 Illegal on a measured ONNX Runtime target, whose executor chooses its own order and copies."""
 from __future__ import annotations
 
-import heapq
 
 import onnx
 

@@ -17,7 +17,7 @@ from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics
-from backends.test_simulator import backend
+from twins import backend
 from graphs import conv_chain, model_of
 
 SPEC_CLASSES = {"conv_bn_fusion", "conv_merge", "transpose_cancel", "layout", "fuse_chain", "fp16", "bf16", "int8",

@@ -9,7 +9,7 @@ from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics
-from backends.test_simulator import backend
+from twins import backend
 
 
 def test_resnet_runs_channels_last_with_transposes_only_at_the_boundary():

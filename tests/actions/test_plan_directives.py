@@ -14,7 +14,7 @@ from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 
 from action_checks import apply
-from backends.test_simulator import backend
+from twins import backend
 from graphs import model_of
 
 

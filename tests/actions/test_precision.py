@@ -18,7 +18,7 @@ from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import apply, loss, ops
-from backends.test_simulator import backend
+from twins import backend
 
 INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
         "calibrate_method": "MinMax"}

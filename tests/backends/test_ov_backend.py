@@ -18,9 +18,9 @@ from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from graphs import conv_chain
+from twins import HOST_SPEC
 
-SPEC = {"providers": ["CPUExecutionProvider"], "intra_op_threads": 1, "memory_limit_bytes": 1 << 33,
-        "execution_paths": {"openvino": {"precisions": ["f32", "bf16"], "performance_hint": "LATENCY"}}}
+SPEC = HOST_SPEC
 
 
 @pytest.fixture(scope="module")

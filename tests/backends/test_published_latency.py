@@ -11,7 +11,7 @@ from metainfer_core.backends.published import PUBLISHED, TOLERANCE, simulated_ms
 from metainfer_core.directives import DOUBLE_BUFFER_KEY
 from metainfer_core.kernels import group_kernels
 
-from backends.test_simulator import backend
+from twins import backend
 
 
 @pytest.mark.parametrize("pub", PUBLISHED, ids=lambda p: f"{p.target}-{p.precision}")
