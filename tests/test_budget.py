@@ -65,7 +65,7 @@ def test_adapt_within_a_small_budget_leaves_profiling_for_the_next_run(run_flow,
 def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
     """With a time budget that ends early, the beam has already scored the execution paths and
     the low-precision plans the target offers: they come first in each state's expansions."""
-    from metainfer_core import stages
+    from metainfer_core.backends import backend_for
     from metainfer_core.actions import ACTIONS, ActionContext
     from metainfer_core.normalize import normalize
     from metainfer_core.search import Candidate
@@ -74,7 +74,7 @@ def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
 
     s = settings_for("target=cpu")
     model = normalize(build("resnet_tiny"), None).model
-    ctx = ActionContext(target=stages.make_backend(s).info, calibration_feeds=[])
+    ctx = ActionContext(target=backend_for(s).info, calibration_feeds=[])
     state = Candidate(model)
     space = {name: dict(d) for name, d in s.action_space.actions.items()}
     todo = in_budget_order(expansions(state, space, ctx, SearchResult(state, [])))

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from metainfer_core import stages
+from metainfer_core.backends import backend_for
+from metainfer_core.decide import decide_stage
+from metainfer_core.normalize.prepare import prepare
+from metainfer_core.search.stage import SearchOutcome, search_stage
+from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.fingerprint import FingerprintLibrary
@@ -218,17 +222,17 @@ def test_canonical_hash_ignores_names_and_equivalent_orders():
 
 def test_adaptive_switch_skips_when_the_search_cannot_pay_back(settings_for, monkeypatch):
     s = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.expected_runs=1")
-    prepared = stages.prepare(s, False, progress=lambda msg: None)
-    be = stages.make_backend(s)
-    out = stages.search_stage(s, prepared, be, FakeCostModel(), progress=lambda msg: None)
+    prepared = prepare(s, False, progress=lambda msg: None)
+    be = backend_for(s)
+    out = search_stage(s, prepared, be, FakeCostModel(), progress=lambda msg: None)
     assert out.result is None and "search.expected_runs=1" in out.skipped_reason
     assert out.extra["expected_search_s"] > out.extra["possible_saving_s"]
     many = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.expected_runs=100000000")
-    out = stages.search_stage(many, prepared, be, FakeCostModel(), progress=lambda msg: None)
+    out = search_stage(many, prepared, be, FakeCostModel(), progress=lambda msg: None)
     assert out.result is not None and out.skipped_reason is None
     assert set(out.extra["search_timings"]) >= {"apply_s", "evaluate_s", "total_s"}
     low = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.skip_below_ms=1e9")
-    assert "skip_below_ms" in stages.search_stage(low, prepared, be, FakeCostModel(), progress=lambda m: None).skipped_reason
+    assert "skip_below_ms" in search_stage(low, prepared, be, FakeCostModel(), progress=lambda m: None).skipped_reason
 
 
 def test_when_no_plan_fits_the_decision_names_the_leanest_plans_peak(models, predictors, settings_for):
@@ -236,8 +240,8 @@ def test_when_no_plan_fits_the_decision_names_the_leanest_plans_peak(models, pre
     res = search(models, predictors, "npu", name="resnet_tiny", depth=2, space=space, memory_limit_bytes=20000)
     assert not res.top and res.leanest is not None and res.leanest.peak_mem_bytes < res.default.peak_mem_bytes
     npu = backend("npu", memory_limit_bytes=20000)
-    d, chosen = stages.decide_stage(settings_for("target=npu"), npu, stages.SearchOutcome(res, default=res.default),
-                                    stages.VerifyOutcome(None, [], [], [], 0.0))
+    d, chosen = decide_stage(settings_for("target=npu"), npu, SearchOutcome(res, default=res.default),
+                                    VerifyOutcome(None, [], [], [], 0.0))
     assert d.decision == "default" and chosen is None
     assert f"the leanest (int8 + tiling) needs {res.leanest.peak_mem_bytes} B" in d.reason
     assert "B of activations are alive (the largest 'input' (49152 B)" in d.reason      # the fp32 input
