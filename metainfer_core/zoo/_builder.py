@@ -74,6 +74,13 @@ class GraphBuilder:
         return self.op("Conv", inputs, name, kernel_shape=[k, k], strides=[stride, stride],
                        pads=[k // 2] * 4, group=group)
 
+    def conv_transpose(self, x: str, cin: int, cout: int) -> str:
+        """A 2x2 stride-2 ConvTranspose with bias: a U-Net decoder's upsampling."""
+        name = self.unique("ConvTranspose")
+        w = self.param(f"{name}.weight", self.he((cin, cout, 2, 2), cin))
+        bias = self.param(f"{name}.bias", self.small((cout,)))
+        return self.op("ConvTranspose", [x, w, bias], name, kernel_shape=[2, 2], strides=[2, 2])
+
     def bn(self, x: str, c: int, scale: float = 1.0) -> str:
         """Unfused BatchNormalization whose stats differ from identity, as exporters leave it."""
         name = self.unique("BatchNormalization")

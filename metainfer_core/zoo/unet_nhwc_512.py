@@ -17,13 +17,6 @@ def _double_conv(b: GraphBuilder, x: str, cin: int, cout: int) -> str:
     return b.relu(b.conv(x, cout, cout, 3, bias=True))
 
 
-def _up(b: GraphBuilder, x: str, cin: int, cout: int) -> str:
-    name = b.unique("ConvTranspose")
-    w = b.param(f"{name}.weight", b.he((cin, cout, 2, 2), cin))
-    bias = b.param(f"{name}.bias", b.small((cout,)))
-    return b.op("ConvTranspose", [x, w, bias], name, kernel_shape=[2, 2], strides=[2, 2])
-
-
 def build(seed: int = 0):
     b = GraphBuilder("unet_nhwc_512", seed)
     x = b.op("Transpose", [b.input("image", [SIZE, SIZE, 3])], perm=[0, 3, 1, 2])
@@ -34,6 +27,6 @@ def build(seed: int = 0):
         x, cin = b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2]), c
     x, cin = _double_conv(b, x, cin, CHANNELS[-1]), CHANNELS[-1]
     for skip, c in reversed(skips):
-        x, cin = _double_conv(b, b.op("Concat", [_up(b, x, cin, c), skip], axis=1), 2 * c, c), c
+        x, cin = _double_conv(b, b.op("Concat", [b.conv_transpose(x, cin, c), skip], axis=1), 2 * c, c), c
     logits = b.conv(x, cin, 2, 1, bias=True, gain=0.25)   # a low gain keeps the logits of order one
     return b.model({"mask": b.op("Transpose", [logits], perm=[0, 2, 3, 1])})

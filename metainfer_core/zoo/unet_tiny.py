@@ -15,13 +15,6 @@ def _pool(b: GraphBuilder, x: str) -> str:
     return b.op("MaxPool", [x], kernel_shape=[2, 2], strides=[2, 2])
 
 
-def _conv_transpose(b: GraphBuilder, x: str, cin: int, cout: int) -> str:
-    name = b.unique("ConvTranspose")
-    w = b.param(f"{name}.weight", b.he((cin, cout, 2, 2), cin))
-    bias = b.param(f"{name}.bias", b.small((cout,)))
-    return b.op("ConvTranspose", [x, w, bias], name, kernel_shape=[2, 2], strides=[2, 2])
-
-
 def build(seed: int = 0):
     b = GraphBuilder("unet_tiny", seed)
     e1 = _double_conv(b, b.input("input", [3, 64, 64]), 3, 16)
@@ -30,7 +23,7 @@ def build(seed: int = 0):
     # Resize inputs: X, roi (unused), scales
     up2 = b.op("Resize", [mid, "", b.const([1.0, 1.0, 2.0, 2.0])], mode="nearest")
     d2 = _double_conv(b, b.op("Concat", [up2, e2], axis=1), 64 + 32, 32)
-    up1 = _conv_transpose(b, d2, 32, 16)
+    up1 = b.conv_transpose(d2, 32, 16)
     d1 = _double_conv(b, b.op("Concat", [up1, e1], axis=1), 16 + 16, 16)
     # The ReLU features carry a large mean; a low gain keeps the mask logits of order one.
     return b.model({"mask": b.conv(d1, 16, 2, 1, bias=True, gain=0.25)})
