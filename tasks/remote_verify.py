@@ -1,5 +1,5 @@
 """adapt's verify step on the target's own host (deploy.remote_verify=true): the plans and the
-validation inputs go to the fleet's shared database (metainfer_core.fingerprint.verify_store),
+validation inputs go to the fleet's shared database (metainfer_core.verify.mailbox),
 the deployment verify/<target> runs on the target's work pool and times them with the same
 verify() as a local run, and adapt waits for it, reads the measurements back and goes on
 (accuracy guard before, decide after: both here, where the user is).
@@ -18,7 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from metainfer_core.backends import backend_for
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.fingerprint import verify_store
+from metainfer_core.verify import mailbox
 from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify import Verified
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
@@ -89,12 +89,12 @@ def remote_measure(s: Settings, raw: dict, record: dict):
     local_version = backend_for(s).info.fingerprint_version
 
     def measure(backend, models, feeds, reference, runs, warmup, loss_fn) -> list[Verified]:
-        request_id = verify_store.put_request(lib, s.target.name, models, feeds, runs, warmup)
+        request_id = mailbox.put_request(lib, s.target.name, models, feeds, runs, warmup)
         try:
             _progress(f"verify: waiting for {deployment_name(s.target.name)} on work pool "
                       f"{s.deploy.pool(s.target.name)} (request {request_id})")
             flow_run, waited = _run_remote(s, raw, request_id)
-            result = verify_store.get_result(lib, request_id)
+            result = mailbox.get_result(lib, request_id)
             if result is None or result.worker.get("flow_run_id") != str(flow_run.id):
                 raise MetaInferError(f"The remote verify run {flow_run.name} completed but left no measurements for "
                                      f"request {request_id} in {lib.engine.url}: the worker's host must use the same "
@@ -111,9 +111,9 @@ def remote_measure(s: Settings, raw: dict, record: dict):
                            "request_id": request_id, "waited_s": round(waited, 3), **result.worker})
             _progress(f"verify: measured by flow run {flow_run.name} on work pool {flow_run.work_pool_name} "
                       f"(host {result.worker.get('hostname')}) in {waited:.1f}s")
-            return verify_store.with_accuracy(result, reference, loss_fn)
+            return mailbox.with_accuracy(result, reference, loss_fn)
         finally:
-            verify_store.delete_request(lib, request_id)
+            mailbox.delete_request(lib, request_id)
 
     return measure
 
@@ -135,7 +135,7 @@ def measure_request_task(raw: dict, request_id: str) -> dict:
 
     s = validate_settings(raw)
     lib = FingerprintLibrary(s.tracking.fingerprint_db)
-    request = verify_store.get_request(lib, request_id)
+    request = mailbox.get_request(lib, request_id)
     if request.target != s.target.name:
         raise MetaInferError(f"Verify request {request_id} is for target {request.target}, but this run was composed "
                              f"for {s.target.name}: the requester must run deployment "
@@ -144,12 +144,12 @@ def measure_request_task(raw: dict, request_id: str) -> dict:
     _progress(f"verify: request {request_id}: {len(request.models)} plans on {backend.info.name} "
               f"({backend.info.measurement}), {request.runs} interleaved runs each")
     t0 = time.perf_counter()
-    result = verify_store.measure(backend, request)
+    result = mailbox.measure(backend, request)
     result.worker = {"flow_run_id": str(flow_run.id) if flow_run.id else None, "hostname": socket.gethostname(),
                      "pid": os.getpid(), "target": backend.info.name, "measurement": backend.info.measurement,
                      "fingerprint_version": backend.info.fingerprint_version,
                      "seconds": round(time.perf_counter() - t0, 3)}
-    verify_store.put_result(lib, request_id, result)
+    mailbox.put_result(lib, request_id, result)
     _progress(f"verify: request {request_id} measured in {result.worker['seconds']:.1f}s: "
               + ", ".join(f"{r.label} {r.latency_ms:.4g} ms" if r.ok else f"{r.label} failed" for r in result.results))
     return result.worker

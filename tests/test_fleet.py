@@ -138,7 +138,7 @@ def test_adapt_verifies_on_the_target_pool_like_a_local_verify(fleet):
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
-    from metainfer_core.fingerprint.verify_store import VerifyRequestRow
+    from metainfer_core.verify.mailbox import VerifyRequestRow
 
     artifacts = fleet.tmp / "adapt"
     args = [a for a in fleet.args if not a.startswith("paths.artifacts=")] + [

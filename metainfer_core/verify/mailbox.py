@@ -4,7 +4,7 @@ and the candidates) and the validation inputs travel through two side tables of 
 keyed by a request id, and the measurements come back the same way.
 
 The requester (adapt, where the user is) writes a request; the host that has the device reads
-it, times the plans with metainfer_core.verify.verify on its backend and writes the result
+it, times the plans with metainfer_core.verify.measure.verify on its backend and writes the result
 (each plan's Verified figures, the outputs the target produced on the validation inputs, and
 who ran it); the requester reads the result, computes the accuracy loss of each plan from those
 outputs with its own loss function (the metric and any labels stay where the user is), and
@@ -27,7 +27,7 @@ from metainfer_core.accuracy import LossFn
 from metainfer_core.backends.base import Backend
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.library import Base, FingerprintLibrary
-from metainfer_core.verify import Verified, verify
+from metainfer_core.verify.measure import Verified, verify
 
 Feeds = list[dict[str, np.ndarray]]
 Outputs = list[list[np.ndarray]]         # outputs[sample][output]

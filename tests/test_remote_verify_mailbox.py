@@ -1,4 +1,4 @@
-"""The remote-verify mailbox (metainfer_core/fingerprint/verify_store.py) on SQLite: a request
+"""The remote-verify mailbox (metainfer_core/verify/mailbox.py) on SQLite: a request
 stores the plans and the validation inputs byte for byte, the host's side times them with the
 same verify() as a local run, and the requester's result equals a local verify of the same
 plans on the same (seeded, modeled) target. The fleet end to end is in tests/test_fleet.py."""
@@ -11,7 +11,7 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.fingerprint import verify_store
+from metainfer_core.verify import mailbox
 from metainfer_core.tensors import random_feeds
 from metainfer_core.verify import verify
 from metainfer_core.zoo import build
@@ -31,9 +31,9 @@ def test_request_round_trip_and_result_equal_a_local_verify(tmp_path):
     lib = FingerprintLibrary(f"sqlite:///{tmp_path}/fp.db")
     models = _plans()
     feeds = [random_feeds(models[0][1], seed=i) for i in range(3)]
-    rid = verify_store.put_request(lib, "fpga", models, feeds, runs=5, warmup=1)
+    rid = mailbox.put_request(lib, "fpga", models, feeds, runs=5, warmup=1)
 
-    req = verify_store.get_request(lib, rid)
+    req = mailbox.get_request(lib, rid)
     assert (req.target, req.runs, req.warmup) == ("fpga", 5, 1)
     assert [(label, m.SerializeToString()) for label, m in req.models] == \
         [(label, m.SerializeToString()) for label, m in models]
@@ -41,17 +41,17 @@ def test_request_round_trip_and_result_equal_a_local_verify(tmp_path):
     for got, sent in zip(req.feeds, feeds):
         for k in sent:
             assert got[k].dtype == sent[k].dtype and np.array_equal(got[k], sent[k])
-    assert verify_store.get_result(lib, rid) is None            # pending
+    assert mailbox.get_result(lib, rid) is None            # pending
 
     # the host's side, on its own backend, and the result through the store
-    result = verify_store.measure(backend("fpga"), req)
+    result = mailbox.measure(backend("fpga"), req)
     result.worker = {"flow_run_id": "x", "hostname": "h"}
-    verify_store.put_result(lib, rid, result)
-    back = verify_store.get_result(lib, rid)
+    mailbox.put_result(lib, rid, result)
+    back = mailbox.get_result(lib, rid)
     assert back.worker == {"flow_run_id": "x", "hostname": "h"}
     assert set(back.outputs) == {"default", "candidate1"}
     reference = run_cpu(models[0][1], feeds)
-    remote = verify_store.with_accuracy(back, reference, plan_loss)
+    remote = mailbox.with_accuracy(back, reference, plan_loss)
 
     # the same plans verified locally on a fresh backend of the same target and seed
     local = verify(backend("fpga"), models, feeds, reference, 5, 1, plan_loss)
@@ -63,12 +63,12 @@ def test_request_round_trip_and_result_equal_a_local_verify(tmp_path):
         assert r.accuracy_loss == pytest.approx(l.accuracy_loss, abs=1e-12)
     assert remote[1].peak_mem_bytes < remote[0].peak_mem_bytes and remote[1].accuracy_loss > 0     # fp16: real figures
 
-    verify_store.delete_request(lib, rid)
-    assert verify_store.get_result(lib, rid) is None
+    mailbox.delete_request(lib, rid)
+    assert mailbox.get_result(lib, rid) is None
     with pytest.raises(MetaInferError, match="No verify request"):
-        verify_store.get_request(lib, rid)
+        mailbox.get_request(lib, rid)
     with pytest.raises(MetaInferError, match="is gone"):
-        verify_store.put_result(lib, rid, result)
+        mailbox.put_result(lib, rid, result)
 
 
 def test_a_plan_that_fails_on_the_target_is_rejected_not_fatal(tmp_path):
@@ -76,10 +76,10 @@ def test_a_plan_that_fails_on_the_target_is_rejected_not_fatal(tmp_path):
     (label, m), broken = _plans()[0], build("mlp")
     del broken.graph.node[0]                                    # dangling input: cannot compile
     feeds = [random_feeds(m, seed=0)]
-    rid = verify_store.put_request(lib, "fpga", [(label, m), ("candidate1", broken)], feeds, runs=2, warmup=0)
-    result = verify_store.measure(backend("fpga"), verify_store.get_request(lib, rid))
-    verify_store.put_result(lib, rid, result)
-    ok, bad = verify_store.with_accuracy(verify_store.get_result(lib, rid), run_cpu(m, feeds), plan_loss)
+    rid = mailbox.put_request(lib, "fpga", [(label, m), ("candidate1", broken)], feeds, runs=2, warmup=0)
+    result = mailbox.measure(backend("fpga"), mailbox.get_request(lib, rid))
+    mailbox.put_result(lib, rid, result)
+    ok, bad = mailbox.with_accuracy(mailbox.get_result(lib, rid), run_cpu(m, feeds), plan_loss)
     assert ok.ok and ok.accuracy_loss == pytest.approx(0, abs=1e-9) and len(ok.samples_ms) == 2
     assert not bad.ok and bad.error and bad.samples_ms == [] and np.isnan(bad.latency_ms)
 
