@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from metainfer_core.search.score import memory_base
 from metainfer_core.verify import Verified
 
 # never trust a latency gain below 3 %, whatever one verify's statistics say: two sessions of the same
@@ -67,7 +68,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
     changes = changes or [0] * len(candidates)
     default_fits = baseline.peak_mem_bytes <= memory_limit
-    base_mem = max(baseline.peak_mem_bytes, 1)
+    base_mem = memory_base(baseline.peak_mem_bytes, memory_limit)   # the search's yardstick
     rejected, eligible = {}, {}          # rejected: label -> why not; eligible: index -> (score, why it pays)
     for i, c in enumerate(candidates):
         if not c.ok:

@@ -24,7 +24,7 @@ from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts
-from metainfer_core.search.score import Weights, score, violation
+from metainfer_core.search.score import Weights, memory_base, score, violation
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
 
 
@@ -133,7 +133,8 @@ class Evaluator:
         self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                        self.loss_fn)
         self.measure(default)
-        self.base_latency, self.base_mem = default.latency_ms, default.peak_mem_bytes
+        self.base_latency = default.latency_ms
+        self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)
         self.finish(default)
 
     def finish(self, c: Candidate) -> Candidate:

@@ -1,6 +1,7 @@
 """The objective: score = w1*latency_rel + w2*peak_mem_rel + w3*accuracy_loss + penalty*changes
-(lower is better). Latency and memory are relative to the default plan, so weights are
-unitless. Hard constraints are separate: they prune a candidate instead of penalising it."""
+(lower is better). Latency and memory are relative to the default plan (memory to the device's
+limit instead when the default exceeds it: `memory_base`), so weights are unitless. Hard
+constraints are separate: they prune a candidate instead of penalising it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +19,14 @@ def score(w: Weights, latency_ms: float, peak_mem: int, accuracy_loss: float, ch
           base_latency_ms: float, base_peak_mem: int) -> float:
     return (w.latency * latency_ms / max(base_latency_ms, 1e-9) + w.memory * peak_mem / max(base_peak_mem, 1)
             + w.accuracy * accuracy_loss + w.change_penalty * changes)
+
+
+def memory_base(default_peak_mem: int, memory_limit: int) -> int:
+    """What peak memory is relative to: the default plan's peak, or the device's limit when the
+    default exceeds it. A default that cannot run is no yardstick: relative to its peak (on a
+    device that streams weights, one unsplit layer's weights) every plan that fits would look
+    alike, and a real saving among them would weigh less than one change."""
+    return max(1, min(default_peak_mem, memory_limit) if memory_limit > 0 else default_peak_mem)
 
 
 def violation(peak_mem: int, memory_limit: int, accuracy_loss: float, max_loss: float) -> str | None:
