@@ -276,3 +276,22 @@ def test_when_no_plan_fits_the_decision_names_the_leanest_plans_peak(models, pre
     assert f"the leanest (int8 + tiling) needs {res.leanest.peak_mem_bytes} B" in d.reason
     assert "B of activations are alive (the largest 'input' (49152 B)" in d.reason      # the fp32 input
     assert "over the 20000 B limit" in d.reason
+
+
+def test_double_buffered_weight_streaming_is_predicted_as_the_device_runs_it(models, predictors):
+    """On the npu a kernel waits for its weights from flash; with double buffering the next
+    kernel's weights stream while the current one computes, and only behind its compute: the
+    load is not hidden behind the previous load."""
+    m, feeds, reference = models["resnet_tiny"]
+    npu = backend("npu")
+    ctx = ActionContext(target=npu.info, calibration_feeds=feeds)
+    plan = ACTIONS["int8"].apply(m, ACTIONS["int8"].sites(m, {"scope": "all"}, npu.info)[0],
+                                 {"scope": "all", "per_channel": True}, ctx)
+    params = {"tiles": 8, "axis": "channels"}
+    plan = ACTIONS["tiling"].apply(plan, ACTIONS["tiling"].sites(plan, params, npu.info)[-1], params, ctx)
+    db = {"order": "keep", "double_buffer": True}
+    plan = ACTIONS["schedule"].apply(plan, ACTIONS["schedule"].sites(plan, db, npu.info)[0], db, ctx)
+    ev = Evaluator(predictors("npu", "resnet_tiny"), npu.info, BALANCED, 0.01, feeds, reference, LOSSY, ctx=ctx)
+    predicted = ev.measure(Candidate(plan)).latency_ms
+    simulated = npu.compile(plan).base_us / 1e3
+    assert predicted == pytest.approx(simulated, rel=0.1)
