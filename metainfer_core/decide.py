@@ -7,8 +7,8 @@ respects every hard bound, and pays:
 Among eligible candidates, the chosen one has the best score on measured values, the search's
 objective (w1 latency/default + w2 peak memory/default, or /device limit where the default does not
 fit, + w3 accuracy loss + change penalty x actions), and must score better than the default;
-without weights, the fastest is chosen. A plan with fewer actions that the best one does not beat beyond noise (no more loss, nor memory when it
-counts) is chosen instead.
+without weights, the fastest is chosen. A plan with fewer actions that the best one does not beat
+beyond noise (no more loss, nor memory when it counts) is chosen instead.
 Otherwise the default stays (rolled_back).
 
 "Beyond noise" uses the interleaved rounds of verify: each round timed the default and the
