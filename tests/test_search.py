@@ -163,22 +163,23 @@ def test_sensitivity_estimate_tracks_the_exact_loss(models):
     assert ev.sensitivity.probes <= 2 * ev.max_probes
 
 
-def test_embedded_weights_choose_a_plan_with_less_peak_memory(models, predictors):
-    """conf/weights/embedded.yaml against conf/weights/latency.yaml, same model, target and space."""
+def _conf_weights(name: str) -> Weights:
     import yaml
 
     from tasks.compose import CONF_DIR
 
-    def weights(name):
-        w = yaml.safe_load((CONF_DIR / "weights" / f"{name}.yaml").read_text())
-        return Weights(w["latency"], w["memory"], w["accuracy"], w["change_penalty"])
+    w = yaml.safe_load((CONF_DIR / "weights" / f"{name}.yaml").read_text())
+    return Weights(w["latency"], w["memory"], w["accuracy"], w["change_penalty"])
 
+
+def test_embedded_weights_choose_a_plan_with_less_peak_memory(models, predictors):
+    """conf/weights/embedded.yaml against conf/weights/latency.yaml, same model, target and space."""
     # epilogue fusion only: layer fusion keeps the intermediates on chip, the fastest plan and the
     # leanest at once, so with it both weights choose it and there is no trade-off left to show
     space = {"int8": INT8, "fuse_chain": {"max_depth": [2, 8], "span": ["epilogue"]}, "layout": {},
              "memory_reuse": {}, "schedule": {}}
-    embedded = search(models, predictors, "fpga", name="mobilenet_v2_tiny", weights=weights("embedded"), space=space)
-    latency = search(models, predictors, "fpga", name="mobilenet_v2_tiny", weights=weights("latency"), space=space)
+    embedded = search(models, predictors, "fpga", name="mobilenet_v2_tiny", weights=_conf_weights("embedded"), space=space)
+    latency = search(models, predictors, "fpga", name="mobilenet_v2_tiny", weights=_conf_weights("latency"), space=space)
     e, lat = embedded.top[0], latency.top[0]
     assert e.peak_mem_bytes < 0.5 * lat.peak_mem_bytes
     assert e.score < embedded.default.score and lat.score < latency.default.score
@@ -196,15 +197,6 @@ def test_on_the_npu_embedded_weights_buy_less_peak_memory_than_latency_weights(m
     assert embedded.default.peak_mem_bytes > limit                  # the default does not fit
     assert e.peak_mem_bytes < 0.95 * lat.peak_mem_bytes and lat.peak_mem_bytes <= limit
     assert lat.latency_ms < e.latency_ms                            # what the saving costs
-
-
-def _conf_weights(name: str) -> Weights:
-    import yaml
-
-    from tasks.compose import CONF_DIR
-
-    w = yaml.safe_load((CONF_DIR / "weights" / f"{name}.yaml").read_text())
-    return Weights(w["latency"], w["memory"], w["accuracy"], w["change_penalty"])
 
 
 def test_canonical_hash_ignores_names_and_equivalent_orders():
