@@ -5,10 +5,10 @@ respects every hard bound, and pays:
   not slower beyond noise (what `weights=embedded` asks for), or
 - the default itself does not fit the device memory and the candidate does.
 Among eligible candidates, the chosen one has the best score on measured values, the search's
-objective (w1 latency/default + w2 peak memory/default + w3 accuracy loss + change penalty x
-actions), and must score better than the default; without weights, the fastest is chosen. A plan
-with fewer actions that the best one does not beat beyond noise (no more loss, nor memory when it
-counts) is chosen instead.
+objective (w1 latency/default + w2 peak memory/default, or /device limit where the default does not
+fit, + w3 accuracy loss + change penalty x actions), and must score better than the default;
+without weights, the fastest is chosen. A plan with fewer actions that the best one does not beat
+beyond noise (no more loss, nor memory when it counts) is chosen instead.
 Otherwise the default stays (rolled_back).
 
 "Beyond noise" uses the interleaved rounds of verify: each round timed the default and the
@@ -25,7 +25,7 @@ import onnx
 
 from metainfer_core.kernels import group_kernels
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
-from metainfer_core.search.score import Weights
+from metainfer_core.search.score import Weights, memory_base
 from metainfer_core.tensors import tensor_infos
 from metainfer_core.verify.measure import Verified
 
@@ -67,7 +67,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
     changes = changes or [0] * len(candidates)
     default_fits = baseline.peak_mem_bytes <= memory_limit
-    base_mem = max(baseline.peak_mem_bytes, 1)
+    base_mem = memory_base(baseline.peak_mem_bytes, memory_limit)   # the search's yardstick
     rejected, eligible = {}, {}          # rejected: label -> why not; eligible: index -> (score, why it pays)
     for i, c in enumerate(candidates):
         if not c.ok:

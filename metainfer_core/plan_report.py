@@ -197,6 +197,9 @@ def summary_text(plan: dict, report_path: str | None = None) -> str:
     for i, a in enumerate(plan.get("actions") or [], 1):
         lines += [""] * (i == 1) + [f"  {i}. {action_words(a)}; on {action_where(a, 3)}"]
     lines += ["", text_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), ""]
+    target = plan.get("target") or {}
+    if target.get("measurement") == "modeled" and target.get("note"):
+        lines.append(f"note: {target['note']}")         # the table's latencies are not measurements
     lines.append(f"why: {named_reason(plan)}")
     lines.append(f"stages: {stage_text(plan)}")
     for w in plan.get("warnings") or []:

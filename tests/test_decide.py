@@ -71,6 +71,15 @@ def test_a_plan_that_fits_beats_a_default_that_does_not():
     assert d.decision == "adapted" and "does not fit" in d.reason
 
 
+def test_when_the_default_does_not_fit_memory_counts_against_the_device_limit():
+    """Relative to a default 7x over the limit, a 19 % saving between two fitting plans would weigh
+    0.013, less than the slower plan's extra latency; against the limit it weighs 0.15."""
+    base = v("default", 15.0, mem=700_000)
+    fast, lean = v("fast", 2.3, mem=81_000, seed=1), v("lean", 3.7, mem=66_000, seed=2)
+    d = decide(base, [fast, lean], 0.01, 98_304, objective=Weights(0.6, 1.0, 1.0, 0.02), changes=[2, 3])
+    assert d.chosen == 1 and "score 0.87" in d.verdicts["lean"]       # 0.6*3.7/15 + 66000/98304 + 3*0.02
+
+
 def test_change_penalty_can_outweigh_a_tiny_gain():
     d = decide(v("default", 10.0, jitter=0.002), [v("busy", 9.6, jitter=0.002, seed=1)], 0.01, 10**6,
                objective=Weights(1.0, 0.0, 0.0, change_penalty=0.05), changes=[1])

@@ -85,6 +85,13 @@ def test_adapted_plan_says_what_changed_where():
     assert "## Warnings\n\nNone." in md
 
 
+def test_a_modeled_plan_says_its_latencies_are_simulated():
+    modeled = dict(ROLLED_BACK, target=dict(ROLLED_BACK["target"], name="npu", measurement="modeled",
+                                            note="latencies are simulated by the target's spec model"))
+    assert "note: latencies are simulated by the target's spec model" in summary_text(modeled)
+    assert "simulated" not in summary_text(ROLLED_BACK)
+
+
 def test_default_memory_warning():
     assert default_memory(900, 1000, None, True) is None
     w = default_memory(3 * 2**20, 2**20, 512 * 2**10, True)

@@ -8,8 +8,9 @@ tiles split the first axis, with no halo.
 Tiles run one after the other, so only one tile's intermediates are alive at a time: the
 planner's peak drops by the chain's widest intermediates (minus the halo's overlap), and
 each tile kernel's working set shrinks towards the device SRAM. The price: more kernel
-launches, recomputed halo rows, and the Slice/Concat traffic. Nodes and tensors of a tile are
-named "<original>|tile<i>".
+launches, recomputed halo rows, and the Slice/Concat traffic. In a QDQ graph each tile gets its
+own copy of a weight's DequantizeLinear, so each tile stays one integer kernel. Nodes and tensors
+of a tile are named "<original>|tile<i>".
 
 A chain: single-input single-output ops (Conv, pooling, element-wise with constant operands,
 per-tensor QDQ), each feeding only the next, two ops at least. Sites are the chains whose
@@ -194,6 +195,7 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
     pieces = []
     axes = derived(first, "axes")
     new_inits.append(numpy_helper.from_array(np.array([ax], np.int64), axes))
+    weight_dqs = _weight_dequantizers(chain, C)
     for t in range(tiles):
         rows = _rows_backwards(chain, C.infos, int(bounds[t]), int(bounds[t + 1]), axis)
         x = chain[0].input[0]
@@ -210,6 +212,13 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
             m.name = derived(n.name, f"tile{t}")
             m.input[0] = cur
             m.output[0] = derived(n.output[0], f"tile{t}")
+            for i, w in enumerate(m.input):
+                if i and w in weight_dqs:       # its own copy: each tile stays one integer kernel
+                    dq = onnx.NodeProto()
+                    dq.CopyFrom(weight_dqs[w])
+                    dq.name, dq.output[:] = derived(dq.name, f"tile{t}"), [derived(w, f"tile{t}")]
+                    new_nodes.append(dq)
+                    m.input[i] = dq.output[0]
             if axis == "height" and n.op_type in WINDOWED:
                 pads = list(attr_value(n, "pads", [0, 0, 0, 0]))
                 pads[0], pads[2] = pb, pe
@@ -226,6 +235,7 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
     new_nodes.append(helper.make_node("Concat", pieces, [y], name=derived(last, "concat"), axis=ax))
     ids = {id(n) for n in chain}
     pos = max(i for i, n in enumerate(g.node) if id(n) in ids)
+    ids |= {id(dq) for dq in weight_dqs.values()}
     nodes = list(g.node)
     kept = [n for i, n in enumerate(nodes) if id(n) not in ids and i < pos] + new_nodes + \
            [n for i, n in enumerate(nodes) if id(n) not in ids and i > pos]
@@ -233,6 +243,21 @@ def tile(model: onnx.ModelProto, first: str, last: str, tiles: int, axis: str) -
     g.node.extend(kept)
     commit_rewrite(g, new_inits)
     return out          # value_info dropped: shapes are inferred where they are needed
+
+
+def _weight_dequantizers(chain, C: _Chains) -> dict[str, onnx.NodeProto]:
+    """The DequantizeLinear of each quantized weight only the chain reads, by its output. Shared
+    by the tiles, it would run once as a float kernel of its own, its float weights alive across
+    all the tiles; copied into each tile, it stays part of that tile's integer kernel."""
+    members = {id(n) for n in chain}
+    out = {}
+    for n in chain:
+        for w in n.input[1:]:
+            p = C.producer.get(w)
+            if p is not None and p.op_type == "DequantizeLinear" and all(i in C.inits for i in p.input if i) \
+                    and all(id(u) in members for u in C.consumers.get(w, [])) and w not in C.outputs:
+                out[w] = p
+    return out
 
 
 class Tiling(Action):

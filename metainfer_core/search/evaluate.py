@@ -25,7 +25,7 @@ from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts
-from metainfer_core.search.score import Weights, violation
+from metainfer_core.search.score import Weights, memory_base, violation
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
 
 
@@ -86,12 +86,17 @@ class Evaluator:
             moved = crossings(kernels, infos, on_device)
             link_gbps = float(self.target.extra.get("link_gbps") or 0)
             load_ms = np.asarray(moved, dtype=float) / (link_gbps * 1e6) if link_gbps else np.zeros(len(moved))
+            run_ms = per
             if streamed:
                 weight_gbps = float(self.target.extra.get("weight_gbps") or 0)
                 if weight_gbps:
                     weights = np.asarray([k.bytes_weights if dev else 0 for k, dev in zip(kernels, on_device)], float)
-                    load_ms = load_ms + weights / (weight_gbps * 1e6)
-            latency -= float(np.minimum(load_ms[1:], per[:-1]).sum()) if len(per) > 1 else 0.0
+                    weight_ms = weights / (weight_gbps * 1e6)
+                    load_ms = load_ms + weight_ms
+                    # a kernel was profiled with its own weight load: the next load hides behind
+                    # the rest of it only (a kernel waiting on flash computes nothing)
+                    run_ms = np.maximum(per - weight_ms, 0.0)
+            latency -= float(np.minimum(load_ms[1:], run_ms[:-1]).sum()) if len(per) > 1 else 0.0
             staging = max(moved, default=0)
         path = ExecutionPath.of(m)
         cost = None
@@ -134,11 +139,12 @@ class Evaluator:
         self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                        self.loss_fn)
         self.measure(default)
-        self.base_latency, self.base_mem = default.latency_ms, default.peak_mem_bytes
+        self.base_latency = default.latency_ms
+        self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)
         self.finish(default)
 
     def finish(self, c: Candidate) -> Candidate:
-        c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / max(self.base_mem, 1),
+        c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / self.base_mem,
                                      c.accuracy_loss, c.changes)
         c.violation = violation(c.peak_mem_bytes, self.target.memory_limit_bytes, c.accuracy_loss, self.max_loss)
         if c.binding.get("path_error"):

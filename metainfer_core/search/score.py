@@ -1,7 +1,8 @@
 """The objective, one for the search (predicted costs) and the decision (measured ones):
 score = w1*latency_rel + w2*peak_mem_rel + w3*accuracy_loss + penalty*changes (lower is better).
-Latency and memory are relative to the default plan, so weights are unitless. Hard constraints
-are separate: they prune a candidate instead of penalising it."""
+Latency and memory are relative to the default plan (memory to the device's limit instead when
+the default exceeds it: `memory_base`), so weights are unitless. Hard constraints are separate:
+they prune a candidate instead of penalising it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,6 +24,14 @@ class Weights:
         """Latency and peak memory as ratios to the default plan's."""
         return (self.latency * latency_ratio + self.memory * memory_ratio + self.accuracy * accuracy_loss
                 + self.change_penalty * changes)
+
+
+def memory_base(default_peak_mem: int, memory_limit: int) -> int:
+    """What peak memory is relative to: the default plan's peak, or the device's limit when the
+    default exceeds it. A default that cannot run is no yardstick: relative to its peak (on a
+    device that streams weights, one unsplit layer's weights) every plan that fits would look
+    alike, and a real saving among them would weigh less than one change."""
+    return max(1, min(default_peak_mem, memory_limit) if memory_limit > 0 else default_peak_mem)
 
 
 def violation(peak_mem: int, memory_limit: int, accuracy_loss: float, max_loss: float) -> str | None:

@@ -69,6 +69,10 @@ def test_on_a_quantized_graph_tiles_agree_within_one_quantization_step():
                                  "per_channel": True, "calibrate_method": "MinMax"}, target="npu")
     out, _ = apply("tiling", q, TILES, target="npu", feeds=feeds)
     assert arena(out) < arena(q)
+    # each tile's conv dequantizes its own copy of the weights: one integer kernel per tile, no
+    # float kernel of shared weights whose output stays alive across the tiles
+    kernels = group_kernels(out, tensor_infos(out))
+    assert not [k.node_names for k in kernels if k.op_type == "DequantizeLinear" and not k.inputs]
     # float sums in another order can flip a rounding: at most a few elements, by one step
     same_numerics(q, out, feeds, rtol=0, atol=0.05)
 
