@@ -1,15 +1,13 @@
 """Transpose(p) -> Transpose(q)  =>  Transpose(q o p), or nothing when it is the identity
-(lossless). Layout rewrites and exporters leave such pairs behind. The layout action's
-adapters (Transposes marked `metainfer.layout=adapter`, part of a channels-last kernel) are
-left alone: cancelling them would silently turn those kernels back to channels-first."""
+(lossless), one pair per site. Layout rewrites and exporters leave such pairs behind. The layout
+action's adapters (Transposes marked `metainfer.layout=adapter`, part of a channels-last kernel)
+are no site: cancelling them would silently turn those kernels back to channels-first."""
 from __future__ import annotations
 
 from metainfer_core.actions.base import Action, Site
 from metainfer_core.kernels import is_adapter
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.normalize.graph_utils import sweep
 from metainfer_core.normalize.passes import cancel_transposes
-
-_HIDDEN = "metainfer.hidden"     # a domain the pass does not match: adapters sit out the rewrite
 
 
 class TransposeCancel(Action):
@@ -17,21 +15,15 @@ class TransposeCancel(Action):
 
     def sites(self, model, params, target):
         producer = {o: n for n in model.graph.node for o in n.output}
-        nodes = [n.name for n in model.graph.node if n.op_type == "Transpose" and not is_adapter(n)
-                 and n.input[0] in producer and producer[n.input[0]].op_type == "Transpose"
-                 and not is_adapter(producer[n.input[0]])]
-        return [Site(tuple(nodes), "all")] if nodes else []
+        return [Site((producer[n.input[0]].name, n.name), n.name) for n in model.graph.node
+                if n.op_type == "Transpose" and not is_adapter(n) and n.input[0] in producer
+                and producer[n.input[0]].op_type == "Transpose" and not is_adapter(producer[n.input[0]])]
 
     def legal(self, model, site, params, target):
         return None
 
     def apply(self, model, site, params, ctx):
-        hidden = clone(model)
-        adapters = [n for n in hidden.graph.node if is_adapter(n)]
-        for n in adapters:
-            n.domain = _HIDDEN
-        rewritten, _ = cancel_transposes.run(hidden)
-        for n in rewritten.graph.node:
-            if n.domain == _HIDDEN:
-                n.domain = ""
+        """The site's second Transpose merges with its first (the pass's rule, on that node only)."""
+        rewritten, _ = sweep(model, lambda index, node: cancel_transposes.rewrite(index, node)
+                             if node.name == site.nodes[-1] else 0)
         return rewritten

@@ -38,10 +38,13 @@ def test_param_rejects_a_default_outside_its_domain():
         Param(3, (1, 2), "x")
 
 
-def test_conv_bn_fusion():
+def test_conv_bn_fusion_folds_its_site_only():
     m = build("resnet_tiny")
-    out, feeds = apply("conv_bn_fusion", m, {})
-    assert ops(out)["BatchNormalization"] == 0 and ops(out)["Conv"] == ops(m)["Conv"]
+    sites = ACTIONS["conv_bn_fusion"].sites(m, {}, backend("gpu").info)
+    assert len(sites) == ops(m)["BatchNormalization"] > 1
+    out, feeds = apply("conv_bn_fusion", m, {}, site=1)
+    assert ops(out)["BatchNormalization"] == len(sites) - 1 and ops(out)["Conv"] == ops(m)["Conv"]
+    assert sites[1].nodes[1] not in {n.name for n in out.graph.node} and sites[0].nodes[1] in {n.name for n in out.graph.node}
     same_numerics(m, out, feeds)
 
 
@@ -51,6 +54,7 @@ def test_transpose_cancel():
                   helper.make_node("Relu", ["u"], ["y"], name="r")],
                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 6])],
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 6])])
+    assert [s.nodes for s in ACTIONS["transpose_cancel"].sites(m, {}, backend("gpu").info)] == [("t1", "t2")]
     out, feeds = apply("transpose_cancel", m, {})
     assert [n.op_type for n in out.graph.node] == ["Relu"]
     same_numerics(m, out, feeds)

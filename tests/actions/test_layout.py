@@ -49,9 +49,7 @@ def test_only_where_the_device_prefers_it_and_once():
 def test_transpose_cancel_leaves_the_adapters_alone():
     m = normalize(build("mobilenet_v2_tiny"), None).model          # project conv feeds the next expand conv
     out, feeds = apply("layout", m, {"layout": "NHWC"})
-    assert not ACTIONS["transpose_cancel"].sites(out, {}, backend("gpu").info)
-    again = ACTIONS["transpose_cancel"].apply(out, None, {}, None)
-    assert ops(again)["Transpose"] == ops(out)["Transpose"]
+    assert ops(out)["Transpose"] >= 2 and not ACTIONS["transpose_cancel"].sites(out, {}, backend("gpu").info)
 
 
 def test_the_simulator_rewards_the_preferred_layout():

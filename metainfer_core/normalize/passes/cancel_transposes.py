@@ -16,10 +16,10 @@ from metainfer_core.normalize.graph_utils import GraphIndex, is_op, sweep, trans
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    return sweep(model, _rewrite)
+    return sweep(model, rewrite)
 
 
-def _rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
+def rewrite(index: GraphIndex, node: onnx.NodeProto) -> int:
     if merge_with_producer(index, node) is not None:
         return 0
     drop_if_identity(index, node)

@@ -21,10 +21,10 @@ CONVS = ("Conv", "ConvTranspose")
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
-    return sweep(model, _rewrite)
+    return sweep(model, rewrite)
 
 
-def _check(index: GraphIndex, conv: onnx.NodeProto) -> str | None:
+def check(index: GraphIndex, conv: onnx.NodeProto) -> str | None:
     if not any(is_op(conv, op) for op in CONVS):
         return "not a Conv or ConvTranspose"
     bn = index.sole_consumer(conv.output[0])
@@ -49,8 +49,8 @@ def scale_output_channels(conv: onnx.NodeProto, weight: np.ndarray, k: np.ndarra
     return (grouped * k.reshape(group, 1, weight.shape[1], *[1] * (weight.ndim - 2))).reshape(weight.shape)
 
 
-def _rewrite(index: GraphIndex, conv: onnx.NodeProto) -> int:
-    if _check(index, conv) is not None:
+def rewrite(index: GraphIndex, conv: onnx.NodeProto) -> int:
+    if check(index, conv) is not None:
         return 0
     bn = index.sole_consumer(conv.output[0])
     weight = index.constant(conv.input[1])
