@@ -18,7 +18,7 @@ from metainfer_core import zoo
 from metainfer_core.backends import backend_for
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.predictor.dataset import zoo_entries
+from metainfer_core.predictor.dataset.training_set import zoo_entries
 from metainfer_core.timing import SETTLE, interleaved
 from tasks.compose import load_settings, zoo_input_shapes
 

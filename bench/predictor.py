@@ -11,7 +11,7 @@ micro-benchmarks, and the seconds spent; then per model.
 --retest: on a measured target, time every zoo plan again after the build and compare with
 the stored runs: how far the labels themselves move (the noise floor no predictor can beat),
 for the median and for the 10th percentile the predictor learns on measured targets
-(predictor/labels.py), and the two timings' Spearman per model (the ranking a perfect
+(predictor/model/labels.py), and the two timings' Spearman per model (the ranking a perfect
 predictor would reach). The figures are judged against that 10th percentile there.
 
 Goals: cpu >= 90 % within +-10 % and Spearman >= 0.9; modeled targets >= 95 % within +-10 %.
@@ -30,9 +30,9 @@ from metainfer_core import zoo
 from metainfer_core.backends import backend_for
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
-from metainfer_core.predictor.dataset import build, measure_plans, zoo_entries
-from metainfer_core.predictor.plans import candidate_plans
-from metainfer_core.predictor.validation import leave_one_model_out
+from metainfer_core.predictor.dataset.training_set import build, measure_plans, zoo_entries
+from metainfer_core.predictor.dataset.plans import candidate_plans
+from metainfer_core.predictor.lifecycle.validation import leave_one_model_out
 from tasks.compose import load_settings, zoo_input_shapes
 
 TARGETS = ["cpu", "gpu", "npu", "fpga", "asic"]

@@ -16,8 +16,8 @@ import numpy as np
 
 from metainfer_core import zoo
 from metainfer_core.backends import backend_for
-from metainfer_core.predictor.dataset import zoo_entries
-from metainfer_core.predictor.plans import candidate_plans
+from metainfer_core.predictor.dataset.training_set import zoo_entries
+from metainfer_core.predictor.dataset.plans import candidate_plans
 from metainfer_core.timing import SETTLE, interleaved
 from tasks.compose import load_settings, zoo_input_shapes
 

@@ -22,7 +22,7 @@ from prefect import flow  # noqa: E402
 
 from metainfer_core import zoo  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
-from metainfer_core.predictor.store import PredictorStore  # noqa: E402
+from metainfer_core.predictor.lifecycle.store import PredictorStore  # noqa: E402
 from metainfer_core.settings import Settings, validate_settings  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.compose import zoo_input_shapes  # noqa: E402

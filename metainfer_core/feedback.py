@@ -10,7 +10,7 @@ import onnx
 from metainfer_core.backends.base import TargetInfo, Timing
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
-from metainfer_core.predictor.plan_graph import describe
+from metainfer_core.predictor.features.plan_graph import describe
 from metainfer_core.search.candidate import graph_hash
 
 

@@ -22,11 +22,11 @@ from typing import Callable
 
 import numpy as np
 
-from metainfer_core.predictor.train_stage import predictor_folder, train_stage
+from metainfer_core.predictor.lifecycle.train_stage import predictor_folder, train_stage
 from metainfer_core.fingerprint.library import FingerprintLibrary
-from metainfer_core.predictor import offline
-from metainfer_core.predictor.cost_model import CostModel, PredictorMeta, kernel_rows
-from metainfer_core.predictor.store import PredictorStore
+from metainfer_core.predictor.lifecycle import offline
+from metainfer_core.predictor.model.cost_model import CostModel, PredictorMeta, kernel_rows
+from metainfer_core.predictor.lifecycle.store import PredictorStore
 from metainfer_core.reprofile import DriftReport
 from metainfer_core.settings import Settings
 

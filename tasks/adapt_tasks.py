@@ -3,7 +3,7 @@ point:
 
     normalize        metainfer_core.normalize.prepare.prepare
     profile          metainfer_core.fingerprint.profile_stage.profile_stage
-    train_predictor  metainfer_core.predictor.train_stage.train_stage
+    train_predictor  metainfer_core.predictor.lifecycle.train_stage.train_stage
     search           metainfer_core.search.stage.search_stage
     verify           metainfer_core.verify.stage.verify_stage (verify_remote: tasks/remote_verify.py)
     rollback         metainfer_core.decide.decide_stage, feedback.record_verified_runs, plan.build_plan
@@ -32,7 +32,7 @@ from metainfer_core.plan import RunFolder, build_plan
 from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
-from metainfer_core.predictor.train_stage import train_stage
+from metainfer_core.predictor.lifecycle.train_stage import train_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage

@@ -10,7 +10,7 @@ import yaml
 from metainfer_core.backends import Backend, create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
-from metainfer_core.predictor.dataset import BuildReport, build, zoo_entries
+from metainfer_core.predictor.dataset.training_set import BuildReport, build, zoo_entries
 from tasks.compose import CONF_DIR, compose_raw, zoo_input_shapes
 
 MODELS = ["mlp", "resnet_tiny", "bert_tiny", "mobilenet_v2_tiny"]

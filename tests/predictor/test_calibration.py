@@ -6,7 +6,7 @@ from metainfer_core.backends.base import Timing
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.library import PlanRun
 from metainfer_core.predictor import PredictorStore
-from metainfer_core.predictor.calibration import check, drift
+from metainfer_core.predictor.lifecycle.calibration import check, drift
 
 from predictor.conftest import target
 

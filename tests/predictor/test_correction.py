@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metainfer_core.predictor.correction import Correction
-from metainfer_core.predictor.plan_features import TERMS, terms
-from metainfer_core.predictor.target_join import TargetSpec
+from metainfer_core.predictor.model.correction import Correction
+from metainfer_core.predictor.features.plan_features import TERMS, terms
+from metainfer_core.predictor.features.target_join import TargetSpec
 
 
 def _synthetic(seed: int = 0):

@@ -1,8 +1,8 @@
 """The offline training set: micro-benchmarks and whole-model runs of every candidate plan."""
 from __future__ import annotations
 
-from metainfer_core.predictor.dataset import build, zoo_entries
-from metainfer_core.predictor.plans import candidate_plans
+from metainfer_core.predictor.dataset.training_set import build, zoo_entries
+from metainfer_core.predictor.dataset.plans import candidate_plans
 from tasks.compose import compose_raw, zoo_input_shapes
 
 from predictor.conftest import MODELS

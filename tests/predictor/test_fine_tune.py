@@ -10,8 +10,8 @@ from metainfer_core.backends.base import Timing
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.library import PlanRun
 from metainfer_core.predictor import CostModel, PredictorStore
-from metainfer_core.predictor.fine_tune import fine_tune, mape
-from metainfer_core.predictor.validation import held_out_split, provenance
+from metainfer_core.predictor.lifecycle.fine_tune import fine_tune, mape
+from metainfer_core.predictor.lifecycle.validation import held_out_split, provenance
 
 from predictor.conftest import PARAMS
 
@@ -74,7 +74,7 @@ def test_fine_tune_needs_a_current_predictor_and_records(tmp_path, npu_set):
 
 
 def test_pseudo_labels_move_kernels_towards_the_measurement(npu_set, without_unseen):
-    from metainfer_core.predictor.fine_tune import pseudo_labels
+    from metainfer_core.predictor.lifecycle.fine_tune import pseudo_labels
     folder, _, _, unseen = without_unseen
     cm = CostModel.load(folder)
     run = dict(unseen[0], median_ms=unseen[0]["median_ms"] * 2)

@@ -11,11 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.kernels import group_kernels
 from metainfer_core.normalize import normalize
-from metainfer_core.predictor import CostModel, PredictorStore, TargetSpec, in_graph, kernel_params
-from metainfer_core.predictor.fine_tune import fine_tune
-from metainfer_core.predictor.graph_context import in_context
-from metainfer_core.predictor.labels import latency_ms
-from metainfer_core.predictor.plan_graph import describe
+from metainfer_core.predictor import CostModel, PredictorStore, TargetSpec, kernel_params
+from metainfer_core.predictor.dataset import in_graph
+from metainfer_core.predictor.lifecycle.fine_tune import fine_tune
+from metainfer_core.predictor.features.graph_context import in_context
+from metainfer_core.predictor.model.labels import latency_ms
+from metainfer_core.predictor.features.plan_graph import describe
 from metainfer_core.tensors import random_feeds, tensor_infos
 
 from predictor.conftest import target
@@ -161,7 +162,8 @@ def test_a_contextual_model_predicts_plans_in_context_and_survives_a_reload(cpu,
                        iterations=10)
     assert CostModel.load(tmp_path / "pred", result.revision).kernels.contextual
     # a revision saved before the int8-region columns existed still loads and predicts with its own columns
-    from metainfer_core.predictor import kernel_model, target_join
+    from metainfer_core.predictor.model import kernel_model
+    from metainfer_core.predictor.features import target_join
     with monkeypatch.context() as patched:
         patched.setattr(kernel_model, "CONTEXT_NUMERIC", target_join.CONTEXT_NUMERIC_V1)
         old = CostModel.train(lib.training_records(version), version, spec=spec, plan_runs=lib.plan_runs(version),

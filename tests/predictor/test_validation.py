@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from metainfer_core.predictor.validation import held_out_split, leave_one_model_out, provenance
+from metainfer_core.predictor.lifecycle.validation import held_out_split, leave_one_model_out, provenance
 
 from predictor.conftest import MODELS, PARAMS
 

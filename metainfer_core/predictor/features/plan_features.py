@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metainfer_core.predictor.target_join import QDQ, TargetSpec, kernel_ops, on_device
+from metainfer_core.predictor.features.target_join import QDQ, TargetSpec, kernel_ops, on_device
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 ELEMENTWISE = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Add", "Mul", "Sub",

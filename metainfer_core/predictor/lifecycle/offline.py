@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Callable
 
 from metainfer_core.fingerprint.library import FingerprintLibrary
-from metainfer_core.predictor.cost_model import CostModel
-from metainfer_core.predictor.fine_tune import FineTuneResult, fine_tune
-from metainfer_core.predictor.kernel_model import kernel_params  # noqa: F401 - re-exported for the tasks
-from metainfer_core.predictor.plot import predicted_vs_measured
-from metainfer_core.predictor.store import PredictorStore
-from metainfer_core.predictor.target_join import TargetSpec
-from metainfer_core.predictor.validation import LomoResult, as_rows, in_sample, leave_one_model_out
+from metainfer_core.predictor.model.cost_model import CostModel
+from metainfer_core.predictor.lifecycle.fine_tune import FineTuneResult, fine_tune
+from metainfer_core.predictor.model.kernel_model import kernel_params  # noqa: F401 - re-exported for the tasks
+from metainfer_core.predictor.lifecycle.plot import predicted_vs_measured
+from metainfer_core.predictor.lifecycle.store import PredictorStore
+from metainfer_core.predictor.features.target_join import TargetSpec
+from metainfer_core.predictor.lifecycle.validation import LomoResult, as_rows, in_sample, leave_one_model_out
 
 Progress = Callable[[str], None]
 

@@ -15,11 +15,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from scipy.stats import spearmanr
 
-from metainfer_core.predictor import in_graph, plan_features
-from metainfer_core.predictor.cost_model import CostModel, fit_correction, kernel_rows
-from metainfer_core.predictor.kernel_model import LATENCY_PARAMS, KernelModel
-from metainfer_core.predictor.labels import latency_ms
-from metainfer_core.predictor.target_join import TargetSpec
+from metainfer_core.predictor.dataset import in_graph
+
+from metainfer_core.predictor.features import plan_features
+from metainfer_core.predictor.model.cost_model import CostModel, fit_correction, kernel_rows
+from metainfer_core.predictor.model.kernel_model import LATENCY_PARAMS, KernelModel
+from metainfer_core.predictor.model.labels import latency_ms
+from metainfer_core.predictor.features.target_join import TargetSpec
 
 WITHIN = 0.10
 

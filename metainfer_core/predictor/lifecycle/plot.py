@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")           # files only: no display on the machines this runs on
 import matplotlib.pyplot as plt  # noqa: E402
 
-from metainfer_core.predictor.validation import Scored  # noqa: E402
+from metainfer_core.predictor.lifecycle.validation import Scored  # noqa: E402
 
 
 def predicted_vs_measured(scored: list[Scored], path: Path, title: str) -> Path:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from metainfer_core.predictor.plan_features import TERMS
+from metainfer_core.predictor.features.plan_features import TERMS
 
 PRIOR = np.array([1.0 if t == "sum" else 0.0 for t in TERMS])
 FLOOR = 0.2             # a prediction never drops below this share of the kernel sum

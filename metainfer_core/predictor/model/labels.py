@@ -13,7 +13,7 @@ the median. Calibration (drift of measured/predicted over verify runs) keeps com
 medians with its own reference ratio, so the bias between the two statistics cancels there."""
 from __future__ import annotations
 
-from metainfer_core.predictor.target_join import TargetSpec
+from metainfer_core.predictor.features.target_join import TargetSpec
 
 
 def robust(spec: TargetSpec | None) -> bool:

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.predictor import plan_features
-from metainfer_core.predictor.cost_model import CostModel, PredictorMeta, fit_correction, kernel_rows, predict_runs
-from metainfer_core.predictor.labels import latency_ms
-from metainfer_core.predictor.store import PredictorStore
+from metainfer_core.predictor.features import plan_features
+from metainfer_core.predictor.model.cost_model import CostModel, PredictorMeta, fit_correction, kernel_rows, predict_runs
+from metainfer_core.predictor.model.labels import latency_ms
+from metainfer_core.predictor.lifecycle.store import PredictorStore
 
 RATIO_CLAMP = (0.1, 10.0)
 

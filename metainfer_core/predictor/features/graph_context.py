@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from metainfer_core.predictor.plan_features import kernel_class
-from metainfer_core.predictor.target_join import QDQ
+from metainfer_core.predictor.features.plan_features import kernel_class
+from metainfer_core.predictor.features.target_join import QDQ
 
 
 def in_int8_region(k: dict) -> bool:

@@ -22,7 +22,8 @@ def train_stage(s: Settings, fingerprint_version: str, progress: Progress = prin
     runs from flows/train.py, runtime runs from verify and deployments). The current revision
     is re-used while the library has not grown; first, recent verify runs are checked for
     calibration drift (past predictor.drift_threshold the predictor is marked stale)."""
-    from metainfer_core.predictor import PredictorStore, TargetSpec, calibration, kernel_params
+    from metainfer_core.predictor import PredictorStore, TargetSpec, kernel_params
+    from metainfer_core.predictor.lifecycle import calibration
 
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     folder = predictor_folder(s, fingerprint_version)

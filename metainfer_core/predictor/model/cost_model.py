@@ -19,13 +19,14 @@ import onnx
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.kernels import Kernel, group_kernels
-from metainfer_core.predictor import in_graph, plan_features
-from metainfer_core.predictor.labels import latency_ms
-from metainfer_core.predictor.correction import Correction
-from metainfer_core.predictor.kernel_model import LATENCY_PARAMS, KernelModel
-from metainfer_core.predictor.plan_graph import describe_kernels
-from metainfer_core.predictor.store import PredictorStore
-from metainfer_core.predictor.target_join import TargetSpec, record_descriptor
+from metainfer_core.predictor.dataset import in_graph
+from metainfer_core.predictor.features import plan_features
+from metainfer_core.predictor.model.labels import latency_ms
+from metainfer_core.predictor.model.correction import Correction
+from metainfer_core.predictor.model.kernel_model import LATENCY_PARAMS, KernelModel
+from metainfer_core.predictor.features.plan_graph import describe_kernels
+from metainfer_core.predictor.lifecycle.store import PredictorStore
+from metainfer_core.predictor.features.target_join import TargetSpec, record_descriptor
 from metainfer_core.tensors import TensorInfo, tensor_infos
 
 MIN_RECORDS = 8

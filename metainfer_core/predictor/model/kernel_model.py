@@ -23,8 +23,8 @@ import pandas as pd
 from catboost import CatBoostRegressor, Pool
 from scipy.optimize import nnls
 
-from metainfer_core.predictor.graph_context import in_context
-from metainfer_core.predictor.target_join import (CAT_FEATURES, CONTEXT_NUMERIC, CONTEXT_NUMERIC_V1, TargetSpec,
+from metainfer_core.predictor.features.graph_context import in_context
+from metainfer_core.predictor.features.target_join import (CAT_FEATURES, CONTEXT_NUMERIC, CONTEXT_NUMERIC_V1, TargetSpec,
                                                   baseline_ms, cat_features, frame)
 
 # Pinned so that continued training (init_model) never silently changes the model's shape;
