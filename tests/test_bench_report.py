@@ -121,7 +121,7 @@ def results():
                            "drift": {"seconds": 1.0, "checks": 9, "remeasured": 100, "carried": 200,
                                      "drifted": ["Conv"]}}],
             "mlflow": {"uri": "sqlite:///artifacts/bench/store/mlflow.db",
-                       "experiments": [{"name": "meta-infer/resnet_tiny@cpu", "runs": 2, "params": 90, "metrics": 30,
+                       "experiments": [{"name": "meta-infer/resnet_tiny", "target": "cpu", "runs": 2, "params": 90, "metrics": 30,
                                         "differs": []}]},
             "plots": ["pareto.png"]}
 
