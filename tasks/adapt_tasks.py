@@ -2,7 +2,6 @@
 metainfer_core.stages. Settings travel as plain dicts (stable to hash and to serialise)."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from metainfer_core import run_warnings, stages
 from metainfer_core.deploy import path_record
-from metainfer_core.plan import RunFolder, build_plan
+from metainfer_core.plan import RunFolder, build_plan, read_plan, write_plan
 from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
@@ -109,7 +108,7 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
         plan["execution_path"] = path_record(backend, chosen_model)
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
             plan["verify_remote"] = remote
-        folder.write_json("plan.json", plan)
+        write_plan(folder.staging, plan)
         folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder)))
     except BaseException:
         folder.discard()
@@ -120,4 +119,4 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
 def print_summary(plan_path: str) -> None:
     """The end-of-run summary on stdout (before the flow's `plan:` line)."""
     path = Path(plan_path)
-    print(summary_text(json.loads(path.read_text()), str(path.with_name("plan.md"))), flush=True)
+    print(summary_text(read_plan(path), str(path.with_name("plan.md"))), flush=True)

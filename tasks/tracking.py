@@ -15,7 +15,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.plan import rewrite_json
+from metainfer_core.plan import write_plan
 from metainfer_core.plan_report import plan_name, speedup
 from metainfer_core.settings import Settings
 
@@ -165,7 +165,7 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
 
 
 def _log_outcome(client: MlflowClient, s: Settings, run_id: str, plan: dict, folder: Path) -> None:
-    rewrite_json(folder / "plan.json", plan)
+    write_plan(folder, plan)
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
             RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"]),
