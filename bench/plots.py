@@ -117,8 +117,10 @@ def predicted_vs_measured(models: list[dict], out: Path) -> Path:
     default a square, its chosen plan a star."""
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     lo, hi = math.inf, 0.0
-    for i, m in enumerate(m for m in models if not m.get("error")):
-        colour = plt.cm.tab20(i % 20)
+    ran = [m for m in models if not m.get("error")]
+    palette = plt.cm.tab10 if len(ran) <= 10 else plt.cm.tab20      # tab20 pairs close shades: only when needed
+    for i, m in enumerate(ran):
+        colour = palette(i % palette.N)
         pts = [(m["default_predicted_ms"], m["default_ms"], "default")] + [
             (c["predicted_ms"], c["measured_ms"], "chosen" if _chosen(m, c) else "candidate") for c in m["candidates"]]
         pts = [(p, q, r) for p, q, r in pts if p and q and p > 0 and q > 0]

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import run_warnings, stages
+from metainfer_core import stages
 from metainfer_core.deploy import path_record
 from metainfer_core.plan import RunFolder, build_plan, read_plan, write_plan
 from metainfer_core.plan_plots import write_plots
@@ -101,9 +101,6 @@ def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages
                           cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
                           mlflow_run_id=mlflow_run_id, budget=budget)
-        for w in plan["warnings"]:
-            if w.startswith(run_warnings.PREFIXES):
-                _progress(f"WARNING: {w}")
         plan["calibration"] = calibration
         plan["execution_path"] = path_record(backend, chosen_model)
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
