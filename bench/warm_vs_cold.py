@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-from metainfer_core import stages, zoo
+from metainfer_core import zoo
+from metainfer_core.backends import backend_for
 from metainfer_core.predictor.dataset import zoo_entries
 from metainfer_core.predictor.plans import candidate_plans
 from metainfer_core.timing import SETTLE, interleaved
@@ -28,11 +29,11 @@ def main(argv: list[str]) -> None:
     rounds = int(argv[argv.index("--rounds") + 1]) if "--rounds" in argv else 20
     names = argv[argv.index("--models") + 1:] if "--models" in argv else zoo.names()
     s, _ = load_settings(["target=cpu"])
-    backend = stages.make_backend(s)
+    backend = backend_for(s)
     shapes = zoo_input_shapes(names)
     plans = []
     for e in zoo_entries(shapes, s.seed, 2):
-        for p in candidate_plans(e.model, stages._space(s), backend.info, e.feeds, 1, 40):
+        for p in candidate_plans(e.model, s.action_space.domains(), backend.info, e.feeds, 1, 40):
             if p.label in WANTED:
                 plans.append((e.name, p.label.split("(")[0], backend.compile(p.model), e.feeds[0]))
     compiled, feeds = [c for _, _, c, _ in plans], [f for _, _, _, f in plans]

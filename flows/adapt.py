@@ -17,36 +17,36 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from tasks.adapt_tasks import (normalize_task, print_summary, profile_task, rollback_task,  # noqa: E402
+from tasks.adapt_tasks import (Run, normalize_task, print_summary, profile_task, rollback_task,  # noqa: E402
                                search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
-from metainfer_core.settings import validate_settings  # noqa: E402
 
 
 @flow(name="adapt", validate_parameters=False)
 def adapt_flow(raw: dict) -> str:
-    s = validate_settings(raw)
+    run = Run.of(raw)       # the settings validated and the backend built once for every task
+    s = run.s
     budget = s.budget.start()
     model_name = s.model.name
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
     timings: dict[str, float] = {}
-    prepared = timed(budget, timings, "normalize", normalize_task, raw)   # refuses a bad model before any record
+    prepared = timed(budget, timings, "normalize", normalize_task, run)   # refuses a bad model before any record
     run_id = start_run(s, raw, model_name, run_name)
     label_flow_run(run_name, [f"model:{model_name}", f"target:{s.target.name}"])
     try:
-        report = timed(budget, timings, "profile", profile_task, raw, prepared, bounded=True)
-        cost_model, _ = timed(budget, timings, "train", train_predictor_task, raw, report.fingerprint_version)
-        outcome = timed(budget, timings, "search", search_task, raw, prepared, cost_model, bounded=True)
+        report = timed(budget, timings, "profile", profile_task, run, prepared, bounded=True)
+        cost_model, _ = timed(budget, timings, "train", train_predictor_task, run, report.fingerprint_version)
+        outcome = timed(budget, timings, "search", search_task, run, prepared, cost_model, bounded=True)
         if s.deploy.remote_verify:      # measured on the target's work pool, everything else here
-            verified, remote = timed(budget, timings, "verify", remote_verify_task, raw, prepared, outcome, cost_model,
+            verified, remote = timed(budget, timings, "verify", remote_verify_task, run, prepared, outcome, cost_model,
                                      bounded=True)
         else:
-            verified = timed(budget, timings, "verify", verify_task, raw, prepared, outcome, cost_model, bounded=True)
+            verified = timed(budget, timings, "verify", verify_task, run, prepared, outcome, cost_model, bounded=True)
             remote = None
-        staged, plan = rollback_task(raw, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
+        staged, plan = rollback_task(run, run_name, run_id, prepared, report, cost_model, outcome, verified, timings,
                                      budget, remote)
         try:        # the run folder appears only once tracking and the registry have it
             finish_run(s, run_id, plan, staged.staging, model_name)

@@ -21,7 +21,7 @@ from prefect import flow  # noqa: E402
 
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from metainfer_core.settings import validate_settings  # noqa: E402
-from tasks.adapt_tasks import normalize_task, profile_task, train_predictor_task  # noqa: E402
+from tasks.adapt_tasks import Run, normalize_task, profile_task, train_predictor_task  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.compose import load_settings  # noqa: E402
 from tasks.many_tasks import (adapt_model_task, init_tracking_store, markdown_table, summary_row,  # noqa: E402
@@ -32,8 +32,9 @@ from tasks.many_tasks import (adapt_model_task, init_tracking_store, markdown_ta
 def adapt_many_flow(raws: list[dict]) -> list[str]:
     version = None
     for raw in raws:      # shared library and predictor first, so the mapped runs cannot race for them
-        version = profile_task(raw, normalize_task(raw)).fingerprint_version
-    train_predictor_task(raws[0], version)
+        run = Run.of(raw)
+        version = profile_task(run, normalize_task(run)).fingerprint_version
+    train_predictor_task(Run.of(raws[0]), version)
     init_tracking_store(validate_settings(raws[0]))
     # each mapped run uses that predictor as it is: verify's runtime runs of the models that
     # finish first would otherwise recalibrate it for the others, and plans would follow run order

@@ -16,7 +16,7 @@ import onnx
 from metainfer_core.errors import MetaInferError
 from metainfer_core.feedback import record_runtime, runtime_run
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.stages import make_backend
+from metainfer_core.backends import backend_for
 from tasks.cli import run_cli
 from tasks.tracking import active_plans, download_plan, registered_name
 
@@ -37,7 +37,7 @@ def _body(s, raw) -> str:
     if not s.feedback.latencies_ms:
         raise MetaInferError("No latencies given: add feedback.latencies_ms=[<ms>,<ms>,...] with what the deployment "
                              "measured.")
-    info = make_backend(s).info
+    info = backend_for(s).info
     try:
         run = runtime_run(_deployed_model(s), s.model.name, s.feedback.latencies_ms)
     except ValueError as exc:

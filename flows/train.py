@@ -29,7 +29,7 @@ from tasks.compose import zoo_input_shapes  # noqa: E402
 from tasks.tracking import record_report  # noqa: E402
 from tasks.train_tasks import (build_training_set_task, fine_tune_task, predictor_folder,  # noqa: E402
                                train_offline_task)
-from metainfer_core.stages import make_backend  # noqa: E402
+from metainfer_core.backends import backend_for  # noqa: E402
 
 
 def zoo_shapes(s: Settings) -> dict[str, dict[str, list[int]]]:
@@ -50,7 +50,7 @@ def _flat(prefix: str, d: dict) -> dict[str, float]:
 @flow(name="train_predictor", validate_parameters=False)
 def train_flow(raw: dict, shapes: dict) -> str:
     s = validate_settings(raw)
-    version = make_backend(s).info.fingerprint_version
+    version = backend_for(s).info.fingerprint_version
     stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{s.target.name}-{s.predictor.mode}"
     tags = {"fingerprint_version": version, "measurement": s.target.measurement, "mode": s.predictor.mode}
     if s.predictor.mode == "fine_tune":

@@ -18,29 +18,29 @@ machine. Faster: the bootstrap upper bound (95th percentile) of the median ratio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+import onnx
 
-from metainfer_core.verify import Verified
+from metainfer_core.kernels import group_kernels
+from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
+from metainfer_core.search.score import Weights
+from metainfer_core.tensors import tensor_infos
+from metainfer_core.verify.measure import Verified
+
+if TYPE_CHECKING:
+    from metainfer_core.backends import Backend
+    from metainfer_core.search.candidate import Candidate
+    from metainfer_core.search.stage import SearchOutcome
+    from metainfer_core.settings import Settings
+    from metainfer_core.verify.stage import VerifyOutcome
 
 # never trust a latency gain below 3 %, whatever one verify's statistics say: two sessions of the same
 # graph created at different times run up to ~3 % apart, so a smaller gain does not carry to a deployment
 MIN_GAIN = 0.03
 MIN_MEM_GAIN = 0.05  # a memory-driven plan must save at least 5 % of peak memory
 BOOTSTRAP = 400
-
-
-@dataclass(frozen=True)
-class Objective:
-    """The search's weights (metainfer_core.settings.WeightSettings), applied to measured values."""
-    latency: float
-    memory: float
-    accuracy: float
-    change_penalty: float = 0.0
-
-    def score(self, latency_ratio: float, memory_ratio: float, loss: float, changes: int) -> float:
-        return (self.latency * latency_ratio + self.memory * memory_ratio + self.accuracy * loss
-                + self.change_penalty * changes)
 
 
 def ratio_bounds(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float, float]:
@@ -61,7 +61,7 @@ class Decision:
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
-           objective: Objective | None = None, changes: list[int] | None = None) -> Decision:
+           objective: Weights | None = None, changes: list[int] | None = None) -> Decision:
     """`changes`: how many actions each candidate applies (the change penalty's count)."""
     if not baseline.ok:
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
@@ -126,7 +126,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
                     verdicts)
 
 
-def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Objective | None
+def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Weights | None
                           ) -> int | None:
     """The plan with the fewest actions among `fewer` that the best-scoring plan does not beat
     beyond noise (paired rounds: every plan ran in each round), with no more loss and, when memory
@@ -143,3 +143,40 @@ def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int
                 and (objective.memory == 0 or c.peak_mem_bytes <= b.peak_mem_bytes * (1 + MIN_MEM_GAIN))):
             ok.append(i)
     return min(ok, key=lambda i: (fewer[i], i)) if ok else None
+
+
+def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified: VerifyOutcome
+                 ) -> tuple[Decision, Candidate | None]:
+    """The rollback stage's decision: skipped, the default (nothing to verify, with why), or
+    decide() on the verified plans under the configured weights."""
+    if outcome.skipped_reason:
+        return Decision("skipped", outcome.skipped_reason, None), None
+    if not verified.plans:
+        default, limit = outcome.default, backend.info.memory_limit_bytes
+        if outcome.result and outcome.result.pruned.get("memory") and default.peak_mem_bytes > limit:
+            lean = outcome.result.leanest or default
+            return Decision("default", f"no plan fits the device memory limit: the default needs {default.peak_mem_bytes} B "
+                                       f"(limit {limit} B) and all {outcome.result.pruned['memory']} candidates over the "
+                                       f"limit were pruned; the leanest ({_plan_words(lean)}) needs {lean.peak_mem_bytes} B: "
+                                       f"{_peak_reason(lean.model, backend.info)}; the default is kept but does not fit "
+                                       "this device", None), None
+        return Decision("default", "the search found no plan predicted to beat the default", None), None
+    d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
+               Weights.of(s.weights), [c.changes for c in verified.plans])
+    return d, (verified.plans[d.chosen] if d.chosen is not None else None)
+
+
+def _plan_words(c: Candidate) -> str:
+    return " + ".join(step.kind for step in c.steps) or "the default"
+
+
+def _peak_reason(model: onnx.ModelProto, info) -> str:
+    """Which tensors make the model's planned peak on the target (memory.peak_reason)."""
+    infos = tensor_infos(model)
+    kernels = group_kernels(model, infos)
+    inits = {i.name for i in model.graph.initializer}
+    plan = plan_memory(kernels, infos, [i.name for i in model.graph.input if i.name not in inits],
+                       model_strategy(model, info.extra.get("memory_strategy", DEFAULT_STRATEGY)),
+                       {o.name for o in model.graph.output},
+                       streamed_weights=bool(info.extra.get("weights_streamed")))
+    return peak_reason(plan, kernels, info.memory_limit_bytes, infos)

@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.base import TargetInfo, Timing
+from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
 from metainfer_core.predictor.plan_graph import describe
 from metainfer_core.search.candidate import graph_hash
@@ -33,3 +34,25 @@ def calibration_ratio(runs: list[dict]) -> float | None:
     predictor is calibrated; its drift away from 1 marks the predictor stale."""
     ratios = [r["median_ms"] / r["predicted_ms"] for r in runs if r.get("predicted_ms")]
     return float(np.median(ratios)) if ratios else None
+
+
+def record_verified_runs(library: FingerprintLibrary, backend, prepared, outcome, verified,
+                         predictor_version: str) -> dict:
+    """Write every verified plan's measured latency, with its prediction, back to the library
+    as runtime runs (fine-tuning learns from them) and return the calibration ratio."""
+    pairs = [(prepared.model, outcome.default.latency_ms, verified.baseline, "default")]
+    pairs += [(c.model, c.latency_ms, v, v.label) for c, v in zip(verified.plans, verified.candidates)]
+    by_path: dict[ExecutionPath, list] = {}
+    for model, predicted, v, label in pairs:
+        if v.ok and v.samples_ms:
+            by_path.setdefault(ExecutionPath.of(model), []).append(
+                runtime_run(model, prepared.name, v.samples_ms, f"verify:{label}", v.peak_mem_bytes,
+                            predicted if predicted == predicted else None, predictor_version))   # NaN: not predicted
+    for path, runs in by_path.items():     # each path's runs under its own fingerprint version
+        info = backend.info if path.is_default else backend.path_backend(path).info
+        record_runtime(library, info, runs)
+    # the predictor's calibration: default-path runs (other paths' predictions carry a measured ratio)
+    runs = by_path.get(ExecutionPath(), [])
+    ratio = calibration_ratio([{"median_ms": r.timing.median_ms, "predicted_ms": r.predicted_ms} for r in runs])
+    return {"runs_recorded": sum(len(r) for r in by_path.values()), "measured_over_predicted": ratio,
+            "runs_by_path": {p.label: len(r) for p, r in by_path.items()}}

@@ -20,17 +20,10 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from metainfer_core.directives import ADAPTER, BIND_KEY, FUSION_KEY, LAYOUT_KEY, PRECISION_KEY, node_meta
 from metainfer_core.flops import attrs, node_flops
 from metainfer_core.tensors import TensorInfo, tensor_infos
 
-# node metadata (directives the actions leave for devices; ONNX runtimes ignore them)
-FUSION_KEY = "metainfer.fusion_group"
-LAYOUT_KEY = "metainfer.layout"          # "NHWC" on a node computing channels-last; "adapter" on its Transposes
-PRECISION_KEY = "metainfer.precision"    # "bfloat16" on the Casts that hold a tensor in emulated bf16
-BIND_KEY = "metainfer.bind"              # "host": pinned to the host whatever the device supports
-# model metadata (plan-wide directives)
-DOUBLE_BUFFER_KEY = "metainfer.double_buffer"   # "1": host<->device transfers use two staging buffers
-ADAPTER = "adapter"
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 _ATTR_FEATURES = ("kernel_shape", "strides", "group", "dilations", "pads", "axis", "perm")
@@ -74,21 +67,6 @@ class Kernel:
 
     def key(self) -> str:
         return hashlib.sha1(self.signature().encode()).hexdigest()[:16]
-
-
-def node_meta(node: onnx.NodeProto, key: str) -> str | None:
-    for p in node.metadata_props:
-        if p.key == key:
-            return p.value
-    return None
-
-
-def set_node_meta(node: onnx.NodeProto, key: str, value: str) -> None:
-    for p in node.metadata_props:
-        if p.key == key:
-            p.value = value
-            return
-    node.metadata_props.add(key=key, value=value)
 
 
 def is_adapter(node: onnx.NodeProto) -> bool:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from metainfer_core.directives import STRATEGY_KEY, model_meta
 from metainfer_core.kernels import Kernel
 from metainfer_core.tensors import TensorInfo
 
 STRATEGIES = ("none", "greedy", "first_fit")
-STRATEGY_KEY = "metainfer.memory_strategy"     # model metadata_props
 DEFAULT_STRATEGY = "greedy"
 
 
@@ -56,10 +56,8 @@ class MemoryPlan:
 
 def model_strategy(model: onnx.ModelProto, default: str = DEFAULT_STRATEGY) -> str:
     """The policy the model records, else `default` (the target runtime's own)."""
-    for p in model.metadata_props:
-        if p.key == STRATEGY_KEY:
-            return p.value
-    return default
+    recorded = model_meta(model, STRATEGY_KEY)
+    return default if recorded is None else recorded
 
 
 def _size(info: TensorInfo) -> int:

@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from metainfer_core import stages
+from metainfer_core.predictor.train_stage import predictor_folder, train_stage
 from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.predictor import offline
 from metainfer_core.predictor.cost_model import CostModel, PredictorMeta, kernel_rows
@@ -110,17 +110,17 @@ def refresh(s: Settings, report: DriftReport, progress: Callable[[str], None] = 
     way the predictor is no longer stale. None when there was nothing to refresh."""
     p = s.predictor
     library = FingerprintLibrary(s.tracking.fingerprint_db)
-    folder = stages.predictor_folder(s, report.new_version)
+    folder = predictor_folder(s, report.new_version)
     out = None
     if report.version_changed:
-        carried = carry_over(stages.predictor_folder(s, report.old_version), folder, report.new_version,
+        carried = carry_over(predictor_folder(s, report.old_version), folder, report.new_version,
                              library.training_records(report.new_version), library.plan_runs(report.new_version),
                              s.reprofile.fine_tune_iterations, s.reprofile.fine_tune_learning_rate,
                              p.fine_tune_tolerance)
         accepted = carried is not None and carried.accepted
         if carried is not None:
             progress(f"reprofile: predictor {'fine-tuned' if accepted else 'not fine-tuned'}: {carried.reason}")
-        revision = carried.revision if accepted else stages.train_stage(s, report.new_version, progress)[0].meta.revision
+        revision = carried.revision if accepted else train_stage(s, report.new_version, progress)[0].meta.revision
         out = {"version": report.new_version, "action": "fine_tuned" if accepted else "trained",
                "carry_over": carried.as_dict() if carried else None, "revision": revision}
     elif PredictorStore(folder).current() is not None and has_new_runtime_runs(library, report.new_version, folder):

@@ -123,6 +123,10 @@ class ActionSpaceSettings(_Strict):
             ACTIONS[name].choices(domain or {})   # raises ValueError naming a bad parameter or value
         return actions
 
+    def domains(self) -> dict[str, dict[str, Any]]:
+        """{action: its parameter domain}, a copy the enumerator (actions.expand) may read."""
+        return {name: dict(domain) for name, domain in self.actions.items()}
+
 
 class TrackingSettings(_Strict):
     name: str

@@ -1,25 +1,54 @@
-"""The adapt pipeline's Prefect tasks, one per stage; each is a thin wrapper over
-metainfer_core.stages. Settings travel as plain dicts (stable to hash and to serialise)."""
+"""The adapt pipeline's Prefect tasks, one per stage, each a thin wrapper over the stage's entry
+point:
+
+    normalize        metainfer_core.normalize.prepare.prepare
+    profile          metainfer_core.fingerprint.profile_stage.profile_stage
+    train_predictor  metainfer_core.predictor.train_stage.train_stage
+    search           metainfer_core.search.stage.search_stage
+    verify           metainfer_core.verify.stage.verify_stage (verify_remote: tasks/remote_verify.py)
+    rollback         metainfer_core.decide.decide_stage, feedback.record_verified_runs, plan.build_plan
+
+The settings are validated once per run and the target's backend built once (`Run`); every task
+of the run gets that."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import stages
+from metainfer_core.backends import Backend, backend_for
+from metainfer_core.decide import decide_stage
 from metainfer_core.deploy import path_record
+from metainfer_core.feedback import record_verified_runs
+from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.fingerprint.profile_stage import profile_stage
+from metainfer_core.normalize.prepare import Prepared, prepare
 from metainfer_core.plan import RunFolder, build_plan, read_plan, write_plan
 from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
+from metainfer_core.predictor.train_stage import train_stage
+from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.settings import Settings, validate_settings
+from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import say as _progress
 
 
-def _settings(raw: dict) -> Settings:
-    return validate_settings(raw)
+@dataclass(frozen=True)
+class Run:
+    """One run's settings, validated once, and its target's backend, built once; `raw` is the
+    composed configuration as a plain dict (what a remote deployment is sent)."""
+    raw: dict
+    s: Settings
+    backend: Backend
+
+    @classmethod
+    def of(cls, raw: dict) -> "Run":
+        s = validate_settings(raw)
+        return cls(raw, s, backend_for(s))
 
 
 def timed(budget: Budget, timings: dict[str, float], stage: str, task, *args, bounded: bool = False):
@@ -36,35 +65,29 @@ def timed(budget: Budget, timings: dict[str, float], stage: str, task, *args, bo
 
 
 @task(name="normalize", cache_policy=NO_CACHE)
-def normalize_task(raw: dict) -> stages.Prepared:
-    s = _settings(raw)
-    return stages.prepare(s, stages.make_backend(s).info.static_shapes, _progress)
+def normalize_task(run: Run) -> Prepared:
+    return prepare(run.s, run.backend.info.static_shapes, _progress)
 
 
 @task(name="profile", cache_policy=NO_CACHE)
-def profile_task(raw: dict, prepared: stages.Prepared, allowance_s: float | None = None):
-    s = _settings(raw)
-    return stages.profile_stage(s, prepared, stages.make_backend(s), _progress, allowance_s)
+def profile_task(run: Run, prepared: Prepared, allowance_s: float | None = None):
+    return profile_stage(run.s, prepared, run.backend, _progress, allowance_s)
 
 
 @task(name="train_predictor", cache_policy=NO_CACHE)
-def train_predictor_task(raw: dict, fingerprint_version: str):
-    return stages.train_stage(_settings(raw), fingerprint_version, _progress)
+def train_predictor_task(run: Run, fingerprint_version: str):
+    return train_stage(run.s, fingerprint_version, _progress)
 
 
 @task(name="search", cache_policy=NO_CACHE)
-def search_task(raw: dict, prepared: stages.Prepared, cost_model, allowance_s: float | None = None
-                ) -> stages.SearchOutcome:
-    s = _settings(raw)
-    return stages.search_stage(s, prepared, stages.make_backend(s), cost_model, _progress, allowance_s)
+def search_task(run: Run, prepared: Prepared, cost_model, allowance_s: float | None = None) -> SearchOutcome:
+    return search_stage(run.s, prepared, run.backend, cost_model, _progress, allowance_s)
 
 
 @task(name="verify", cache_policy=NO_CACHE)
-def verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome, cost_model,
-                allowance_s: float | None = None) -> stages.VerifyOutcome:
-    s = _settings(raw)
-    return stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress, cost_model,
-                               allowance_s=allowance_s)
+def verify_task(run: Run, prepared: Prepared, outcome: SearchOutcome, cost_model,
+                allowance_s: float | None = None) -> VerifyOutcome:
+    return verify_stage(run.s, prepared, run.backend, outcome, _progress, cost_model, allowance_s=allowance_s)
 
 
 def _plots(plan: dict, folder: RunFolder) -> list[tuple[str, str]]:
@@ -76,16 +99,16 @@ def _plots(plan: dict, folder: RunFolder) -> list[tuple[str, str]]:
 
 
 @task(name="rollback", cache_policy=NO_CACHE)
-def rollback_task(raw: dict, run_name: str, mlflow_run_id: str, prepared: stages.Prepared, profile_report,
-                  cost_model, outcome: stages.SearchOutcome, verified: stages.VerifyOutcome,
+def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepared, profile_report,
+                  cost_model, outcome: SearchOutcome, verified: VerifyOutcome,
                   timings: dict, budget: Budget, remote: dict | None = None) -> tuple[RunFolder, dict]:
     """Decide, then stage the run folder (chosen model, plan.json, plan.md, feature map); the flow
     commits it once tracking has it."""
-    s = _settings(raw)
-    backend = stages.make_backend(s)
-    decision, chosen = stages.decide_stage(s, backend, outcome, verified)
+    s, backend = run.s, run.backend
+    decision, chosen = decide_stage(s, backend, outcome, verified)
     _progress(f"decision: {decision.decision}: {decision.reason}")
-    calibration = stages.calibration_stage(s, prepared, backend, outcome, verified, cost_model.meta.fingerprint_version)
+    calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
+                                       verified, cost_model.meta.fingerprint_version)
     folder = RunFolder(s.artifacts, run_name)
     try:
         chosen_model = chosen.model if chosen is not None else prepared.model

@@ -7,12 +7,12 @@ from prefect.cache_policies import NO_CACHE
 from metainfer_core import onboard
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.settings import validate_settings
-from metainfer_core.stages import make_backend
+from metainfer_core.backends import backend_for
 
 
 def _ctx(raw: dict):
     s = validate_settings(raw)
-    return s, make_backend(s)
+    return s, backend_for(s)
 
 
 @task(name="zoo_models", cache_policy=NO_CACHE)

@@ -15,12 +15,13 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import stages
+from metainfer_core.backends import backend_for
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint import verify_store
 from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify import Verified
+from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import say as _progress
 
 FLOW = "verify"          # the deployment of a target is verify/<target> (flows/deploy.py)
@@ -82,10 +83,10 @@ def _run_remote(s: Settings, raw: dict, request_id: str) -> tuple[object, float]
 
 
 def remote_measure(s: Settings, raw: dict, record: dict):
-    """A measure function for stages.verify_stage (verify()'s signature) that runs on the
+    """A measure function for verify_stage (verify()'s signature) that runs on the
     target's pool; what ran where goes into `record` (plan.json's verify_remote)."""
     lib = FingerprintLibrary(s.tracking.fingerprint_db)
-    local_version = stages.make_backend(s).info.fingerprint_version
+    local_version = backend_for(s).info.fingerprint_version
 
     def measure(backend, models, feeds, reference, runs, warmup, loss_fn) -> list[Verified]:
         request_id = verify_store.put_request(lib, s.target.name, models, feeds, runs, warmup)
@@ -118,12 +119,12 @@ def remote_measure(s: Settings, raw: dict, record: dict):
 
 
 @task(name="verify_remote", cache_policy=NO_CACHE)
-def remote_verify_task(raw: dict, prepared: stages.Prepared, outcome: stages.SearchOutcome,
-                       cost_model, allowance_s: float | None = None) -> tuple[stages.VerifyOutcome, dict]:
-    s = validate_settings(raw)
+def remote_verify_task(run, prepared, outcome, cost_model, allowance_s: float | None = None
+                       ) -> tuple[VerifyOutcome, dict]:
+    """run: tasks.adapt_tasks.Run (its raw configuration is what the deployment is sent)."""
     record: dict = {}
-    verified = stages.verify_stage(s, prepared, stages.make_backend(s), outcome, _progress, cost_model,
-                                   measure=remote_measure(s, raw, record), allowance_s=allowance_s)
+    verified = verify_stage(run.s, prepared, run.backend, outcome, _progress, cost_model,
+                            measure=remote_measure(run.s, run.raw, record), allowance_s=allowance_s)
     return verified, record
 
 
@@ -139,7 +140,7 @@ def measure_request_task(raw: dict, request_id: str) -> dict:
         raise MetaInferError(f"Verify request {request_id} is for target {request.target}, but this run was composed "
                              f"for {s.target.name}: the requester must run deployment "
                              f"{deployment_name(request.target)}.")
-    backend = stages.make_backend(s)
+    backend = backend_for(s)
     _progress(f"verify: request {request_id}: {len(request.models)} plans on {backend.info.name} "
               f"({backend.info.measurement}), {request.runs} interleaved runs each")
     t0 = time.perf_counter()

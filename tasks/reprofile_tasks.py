@@ -9,12 +9,13 @@ import onnx
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import stages
+from metainfer_core.backends import backend_for
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.decide import decide
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.reprofile import DriftReport, reprofile
 from metainfer_core.reprofile_predictor import path_predictors, refresh
+from metainfer_core.search.score import Weights
 from metainfer_core.settings import validate_settings
 from metainfer_core.tensors import random_feeds
 from metainfer_core.verify import verify
@@ -25,7 +26,7 @@ from tasks.tracking import active_plans, download_plan, restore_default
 @task(name="drift_check", cache_policy=NO_CACHE)
 def drift_task(raw: dict) -> DriftReport:
     s = validate_settings(raw)
-    report = reprofile(stages.make_backend(s), FingerprintLibrary(s.tracking.fingerprint_db), s.reprofile.threshold,
+    report = reprofile(backend_for(s), FingerprintLibrary(s.tracking.fingerprint_db), s.reprofile.threshold,
                        s.profile.reps, s.profile.warmup)
     for r in report.all_paths():
         _progress(f"reprofile: {r.old_version} -> {r.new_version} ({r.path}: {r.status}); drifted {r.drifted or 'nothing'}; "
@@ -49,7 +50,7 @@ def reverify_task(raw: dict) -> list[dict]:
     """Verify each active adapted plan against its default path on the target as it is now;
     a plan that no longer beats the default beyond noise is rolled back to the default."""
     s = validate_settings(raw)
-    backend = stages.make_backend(s)
+    backend = backend_for(s)
     results = []
     for version in active_plans(s):
         entry = {"registered_model": version.name, "version": str(version.version)}
@@ -62,7 +63,7 @@ def reverify_task(raw: dict) -> list[dict]:
         feeds = [random_feeds(default, seed=s.seed + i) for i in range(s.verify.samples)]
         base, cand = verify(backend, [("default", default), ("active", active)], feeds, run_cpu(default, feeds),
                             s.verify.runs, s.verify.warmup)
-        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes, stages.objective(s))
+        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes, Weights.of(s.weights))
         if d.decision == "adapted":
             results.append(entry | {"decision": "kept", "reason": d.reason})
         else:

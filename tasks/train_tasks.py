@@ -5,23 +5,23 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import stages
-from metainfer_core.stages import predictor_folder  # noqa: F401 - flows/train.py takes it from here
+from metainfer_core.backends import backend_for
+from metainfer_core.predictor.train_stage import predictor_folder  # noqa: F401 - flows/train.py takes it from here
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import dataset, offline
 from metainfer_core.predictor.fine_tune import FineTuneResult
 from metainfer_core.predictor.target_join import TargetSpec
-from metainfer_core.settings import Settings, validate_settings
+from metainfer_core.settings import validate_settings
 from tasks.adapt_tasks import _progress
 
 
 @task(name="build_training_set", cache_policy=NO_CACHE)
 def build_training_set_task(raw: dict, shapes: dict[str, dict[str, list[int]]]) -> dataset.BuildReport:
     s = validate_settings(raw)
-    backend = stages.make_backend(s)
+    backend = backend_for(s)
     entries = dataset.zoo_entries(shapes, s.seed, s.verify.samples)
     p = s.predictor
-    report = dataset.build(backend, FingerprintLibrary(s.tracking.fingerprint_db), entries, stages._space(s),
+    report = dataset.build(backend, FingerprintLibrary(s.tracking.fingerprint_db), entries, s.action_space.domains(),
                            s.profile.batch_gradient, s.profile.reps, s.profile.warmup, p.runs, p.plan_depth,
                            p.max_plans, _progress, plan_warmup=p.warmup)
     _progress(f"train set: {report.models} models, {report.plans_measured} plans measured "

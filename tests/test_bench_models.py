@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+import onnx
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -17,7 +19,7 @@ import modelset  # noqa: E402
 def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
     known = modelset.known()
     corpus = [m.key for m in modelset.bench_corpus.corpus.CORPUS]
-    assert list(known) == [*adapt_cpu.ZOO, *corpus]                     # zoo first, then the corpus
+    assert list(known) == [*adapt_cpu.ZOO, *modelset.LARGE, *corpus]    # zoo first, then the corpus
     assert {k: known[k] for k in adapt_cpu.PPOCR} == {k: "corpus" for k in adapt_cpu.PPOCR}
     assert "silero_vad" in known and "ppocr_cls" in known
     without = modelset.known(with_corpus=False)
@@ -25,6 +27,9 @@ def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
     zoo = modelset.entries(["mlp", "resnet_tiny", "mlp"])
     assert [(e.key, e.source, e.args, e.inputs) for e in zoo] == [
         ("mlp", "zoo", ["model=mlp"], "random"), ("resnet_tiny", "zoo", ["model=resnet_tiny"], "random")]
+    large = modelset.entries(["unet_nhwc_512"])[0]      # a large zoo network, adapted from its file
+    assert large.source == "large" and large.args == ["model=file", f"model.path={large.path}"]
+    assert onnx.load(str(large.path)).graph.input[0].name == "image"
 
 
 def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):

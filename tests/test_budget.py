@@ -65,7 +65,7 @@ def test_adapt_within_a_small_budget_leaves_profiling_for_the_next_run(run_flow,
 def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
     """With a time budget that ends early, the beam has already scored the execution paths and
     the low-precision plans the target offers: they come first in each state's expansions."""
-    from metainfer_core import stages
+    from metainfer_core.backends import backend_for
     from metainfer_core.actions import ACTIONS, ActionContext
     from metainfer_core.normalize import normalize
     from metainfer_core.search import Candidate
@@ -74,7 +74,7 @@ def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
 
     s = settings_for("target=cpu")
     model = normalize(build("resnet_tiny"), None).model
-    ctx = ActionContext(target=stages.make_backend(s).info, calibration_feeds=[])
+    ctx = ActionContext(target=backend_for(s).info, calibration_feeds=[])
     state = Candidate(model)
     space = {name: dict(d) for name, d in s.action_space.actions.items()}
     todo = in_budget_order(expansions(state, space, ctx, SearchResult(state, [])))
@@ -83,3 +83,7 @@ def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
     assert {"directive", "lossy", "rewrite"} <= set(kinds) and "binding" in {a.name for a in order}
     assert kinds == sorted(kinds, key=["directive", "lossy", "rewrite"].index)
     assert {a.name for a in order if a.lossy} >= {n for n in ("int8", "fp16") if n in space and ACTIONS[n].lossy}
+    # the lossy actions take turns: every one's first choice before any one's second
+    lossy = [a.name for a in order if a.lossy]
+    firsts = list(dict.fromkeys(lossy))
+    assert lossy[:len(firsts)] == firsts, lossy

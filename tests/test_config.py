@@ -26,11 +26,11 @@ def test_defaults(settings_for, tmp_path):
 
 
 def test_every_target_builds_a_backend(settings_for):
-    from metainfer_core.stages import make_backend
+    from metainfer_core.backends import backend_for
 
     kinds = {}
     for t in options("target"):
-        info = make_backend(settings_for(f"target={t}")).info
+        info = backend_for(settings_for(f"target={t}")).info
         kinds[t] = info.measurement
         assert info.fingerprint_version.startswith(t)
     assert kinds == {"cpu": "measured", "gpu": "modeled", "npu": "modeled", "fpga": "modeled", "asic": "modeled"}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from metainfer_core.decide import Objective, decide
+from metainfer_core.decide import decide
+from metainfer_core.search.score import Weights
 from metainfer_core.verify import Verified
 
 
@@ -41,8 +42,8 @@ def test_accuracy_memory_and_failures_reject():
     assert "accuracy" in d.reason and "limit" in d.reason and "failed to run" in d.reason
 
 
-EMBEDDED = Objective(latency=1.0, memory=1.0, accuracy=1.0, change_penalty=0.02)
-LATENCY = Objective(latency=1.0, memory=0.0, accuracy=0.1, change_penalty=0.02)
+EMBEDDED = Weights(latency=1.0, memory=1.0, accuracy=1.0, change_penalty=0.02)
+LATENCY = Weights(latency=1.0, memory=0.0, accuracy=0.1, change_penalty=0.02)
 
 
 def test_memory_saving_plan_pays_when_memory_counts():
@@ -72,7 +73,7 @@ def test_a_plan_that_fits_beats_a_default_that_does_not():
 
 def test_change_penalty_can_outweigh_a_tiny_gain():
     d = decide(v("default", 10.0, jitter=0.002), [v("busy", 9.6, jitter=0.002, seed=1)], 0.01, 10**6,
-               objective=Objective(1.0, 0.0, 0.0, change_penalty=0.05), changes=[1])
+               objective=Weights(1.0, 0.0, 0.0, change_penalty=0.05), changes=[1])
     assert d.decision == "rolled_back" and "scores" in d.reason
 
 

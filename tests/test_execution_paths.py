@@ -19,7 +19,7 @@ from metainfer_core.tensors import random_feeds
 from metainfer_core.timing import interleaved
 from metainfer_core.zoo import build
 
-from backends.test_ov_backend import SPEC
+from twins import HOST_SPEC as SPEC
 
 
 def gru(seq: int = 32, features: int = 40, hidden: int = 64) -> onnx.ModelProto:

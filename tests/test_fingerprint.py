@@ -12,7 +12,7 @@ from metainfer_core.kernels import group_kernels
 from metainfer_core.tensors import tensor_infos
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import backend
 from backends.test_ort_backend import CPU_SPEC
 
 

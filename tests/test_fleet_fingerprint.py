@@ -10,7 +10,7 @@ from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import backend
 from fleet_services import Postgres
 
 pytestmark = pytest.mark.fleet

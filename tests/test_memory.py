@@ -11,7 +11,7 @@ from metainfer_core.memory import STRATEGIES, live_peak, peak_reason, plan_memor
 from metainfer_core.tensors import random_feeds, tensor_infos
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import backend
 from graphs import conv_chain, model_of
 
 

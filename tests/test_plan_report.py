@@ -12,7 +12,9 @@ from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import action_name, action_words, plan_markdown, plan_name, summary_text
 from metainfer_core.run_warnings import default_memory, predictor_error
 from metainfer_core.search.candidate import Candidate
-from metainfer_core.stages import SearchOutcome, VerifyOutcome, make_backend
+from metainfer_core.backends import backend_for
+from metainfer_core.search.stage import SearchOutcome
+from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.verify import Verified
 from metainfer_core.zoo import build
 
@@ -103,7 +105,7 @@ def test_predictor_error_warning():
 
 def test_plan_warnings_from_the_stage_outputs(settings_for):
     """The npu's 96 KiB cannot hold resnet_tiny's default; a candidate predicted 4x too fast."""
-    info = make_backend(settings_for("target=npu")).info
+    info = backend_for(settings_for("target=npu")).info
     model = build("mlp")
     default = Candidate(model, latency_ms=2.0, peak_mem_bytes=704 * 2**10)
     plan = Candidate(model, latency_ms=0.5, peak_mem_bytes=64 * 2**10)

@@ -16,7 +16,7 @@ from metainfer_core.tensors import random_feeds
 from metainfer_core.verify import verify
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import backend
 
 
 def _plans():

@@ -9,7 +9,7 @@ from metainfer_core.normalize import normalize
 from metainfer_core.reprofile import markdown, reprofile
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import backend
 
 
 @pytest.fixture

@@ -3,15 +3,18 @@ sensitivity instead of a run per candidate, exact checks for the best, the weigh
 the chosen plan, and the adaptive switch."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from metainfer_core import stages
+from metainfer_core.backends import backend_for
+from metainfer_core.decide import decide_stage
+from metainfer_core.normalize.prepare import prepare
+from metainfer_core.search.stage import SearchOutcome, search_stage
+from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
-from metainfer_core.kernels import FUSION_KEY
+from metainfer_core.directives import FUSION_KEY, STRATEGY_KEY
 from metainfer_core.normalize import normalize
 from metainfer_core.normalize.graph_utils import clone
 from metainfer_core.predictor import CostModel
@@ -20,23 +23,13 @@ from metainfer_core.search import evaluate as evaluate_module
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import BALANCED, FakeCostModel, backend
 
 INT8 = {"scope": ["compute", "all"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"], "per_channel": [True],
         "calibrate_method": ["MinMax"]}
 SPACE = {"conv_merge": {}, "layout": {}, "fuse_chain": {"max_depth": [2, 4]}, "fp16": {}, "bf16": {}, "int8": INT8,
          "tiling": {"tiles": [2, 4], "axis": ["height"]}, "memory_reuse": {}, "schedule": {}}
-BALANCED = Weights(1.0, 0.3, 1.0, 0.02)
 LOSSY = {n for n, a in ACTIONS.items() if a.lossy}
-
-
-class FakeCostModel:
-    """In-memory twin of the predictor: a fixed cost per kernel."""
-    def predict_kernels_ms(self, kernels):
-        return np.array([0.01 + k.flops * 1e-9 for k in kernels])
-
-    def predict_ms(self, kernels, infos=None):
-        return float(self.predict_kernels_ms(kernels).sum())
 
 
 @pytest.fixture(scope="module")
@@ -212,7 +205,7 @@ def test_canonical_hash_ignores_names_and_equivalent_orders():
             n.metadata_props.add(key=FUSION_KEY, value=label)
     assert graph_hash(tagged_a) == graph_hash(tagged_b) != graph_hash(m)
     with_policy = clone(m)
-    with_policy.metadata_props.add(key="metainfer.memory_strategy", value="none")
+    with_policy.metadata_props.add(key=STRATEGY_KEY, value="none")
     assert graph_hash(with_policy) != graph_hash(m)
     info = backend("gpu").info         # commuting actions reach one graph: fuse then layout == layout then fuse
     ctx = ActionContext(target=info)
@@ -229,17 +222,17 @@ def test_canonical_hash_ignores_names_and_equivalent_orders():
 
 def test_adaptive_switch_skips_when_the_search_cannot_pay_back(settings_for, monkeypatch):
     s = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.expected_runs=1")
-    prepared = stages.prepare(s, False, progress=lambda msg: None)
-    be = stages.make_backend(s)
-    out = stages.search_stage(s, prepared, be, FakeCostModel(), progress=lambda msg: None)
+    prepared = prepare(s, False, progress=lambda msg: None)
+    be = backend_for(s)
+    out = search_stage(s, prepared, be, FakeCostModel(), progress=lambda msg: None)
     assert out.result is None and "search.expected_runs=1" in out.skipped_reason
     assert out.extra["expected_search_s"] > out.extra["possible_saving_s"]
     many = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.expected_runs=100000000")
-    out = stages.search_stage(many, prepared, be, FakeCostModel(), progress=lambda msg: None)
+    out = search_stage(many, prepared, be, FakeCostModel(), progress=lambda msg: None)
     assert out.result is not None and out.skipped_reason is None
     assert set(out.extra["search_timings"]) >= {"apply_s", "evaluate_s", "total_s"}
     low = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.skip_below_ms=1e9")
-    assert "skip_below_ms" in stages.search_stage(low, prepared, be, FakeCostModel(), progress=lambda m: None).skipped_reason
+    assert "skip_below_ms" in search_stage(low, prepared, be, FakeCostModel(), progress=lambda m: None).skipped_reason
 
 
 def test_when_no_plan_fits_the_decision_names_the_leanest_plans_peak(models, predictors, settings_for):
@@ -247,8 +240,8 @@ def test_when_no_plan_fits_the_decision_names_the_leanest_plans_peak(models, pre
     res = search(models, predictors, "npu", name="resnet_tiny", depth=2, space=space, memory_limit_bytes=20000)
     assert not res.top and res.leanest is not None and res.leanest.peak_mem_bytes < res.default.peak_mem_bytes
     npu = backend("npu", memory_limit_bytes=20000)
-    d, chosen = stages.decide_stage(settings_for("target=npu"), npu, stages.SearchOutcome(res, default=res.default),
-                                    stages.VerifyOutcome(None, [], [], [], 0.0))
+    d, chosen = decide_stage(settings_for("target=npu"), npu, SearchOutcome(res, default=res.default),
+                                    VerifyOutcome(None, [], [], [], 0.0))
     assert d.decision == "default" and chosen is None
     assert f"the leanest (int8 + tiling) needs {res.leanest.peak_mem_bytes} B" in d.reason
     assert "B of activations are alive (the largest 'input' (49152 B)" in d.reason      # the fp32 input

@@ -16,8 +16,8 @@ from metainfer_core.search import Evaluator, beam_search
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
-from test_search import BALANCED, FakeCostModel
+from twins import backend
+from twins import BALANCED, FakeCostModel
 
 SPACE = {"fp16": {}, "int8": {"scope": ["all"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"],
                               "per_channel": [True], "calibrate_method": ["MinMax"]}}

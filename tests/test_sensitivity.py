@@ -17,7 +17,7 @@ from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
-from backends.test_simulator import backend
+from twins import backend
 from graphs import model_of
 from test_accuracy_guard import outlier_mlp
 

@@ -26,4 +26,30 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     ConvBnFusion(), ConvMerge(), TransposeCancel(), Layout(), FuseChain(), Fp16(), Bf16(), Int8(), Int8Dynamic(), Tiling(),
     MemoryReuse(), Schedule(), Binding())}
 
-__all__ = ["ACTIONS", "Action", "ActionContext", "Param", "Site", "Step"]
+
+
+def expand(model, space: dict, target, after: Step | None = None, illegal: dict[str, str] | None = None,
+           lossy: bool | None = None):
+    """The action space's one enumerator, used by profile, search and predictor training alike:
+    every legal (action, parameter choice, site) of `model` under `space` ({action: domain}).
+    after: the step that made `model`; plan-wide directives commute with graph rewrites, so after
+    a directive only directives later in name order follow (each combination is reached once).
+    illegal: collects action -> its last refusal. lossy: only lossy (True) or lossless (False) actions."""
+    last_keeps = after is not None and ACTIONS[after.kind].keeps_graph(dict(after.params))
+    for name, domain in space.items():
+        action = ACTIONS[name]
+        if lossy is not None and action.lossy != lossy:
+            continue
+        for params in action.choices(domain):
+            if last_keeps and (not action.keeps_graph(params) or name <= after.kind):
+                continue
+            for site in action.sites(model, params, target):
+                reason = action.legal(model, site, params, target)
+                if reason:
+                    if illegal is not None:
+                        illegal[name] = reason
+                    continue
+                yield action, params, site
+
+
+__all__ = ["ACTIONS", "Action", "ActionContext", "Param", "Site", "Step", "expand"]

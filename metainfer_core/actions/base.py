@@ -150,18 +150,6 @@ def origins(name: str) -> list[str]:
     return [o.split(DERIVED)[0] for o in name.split(DERIVED)[0].split(MERGED)] if name else []
 
 
-def model_meta(model: onnx.ModelProto, key: str) -> str | None:
-    return next((p.value for p in model.metadata_props if p.key == key), None)
-
-
-def set_model_meta(model: onnx.ModelProto, key: str, value: str) -> None:
-    for p in model.metadata_props:
-        if p.key == key:
-            p.value = value
-            return
-    model.metadata_props.add(key=key, value=value)
-
-
 def opset_of(model: onnx.ModelProto) -> int:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
 

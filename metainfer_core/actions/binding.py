@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 
-from metainfer_core.actions.base import Action, Param, Site, set_model_meta
-from metainfer_core.backends.paths import PATH_KEY, PRECISIONS, RUNTIMES, ExecutionPath
+from metainfer_core.actions.base import Action, Param, Site
+from metainfer_core.backends.paths import PRECISIONS, RUNTIMES, ExecutionPath
+from metainfer_core.directives import PATH_KEY, set_model_meta
 from metainfer_core.normalize.graph_utils import clone
 
 

@@ -12,7 +12,8 @@ from collections import defaultdict
 import onnx
 
 from metainfer_core.actions.base import Action, Param, Site, cached, kernels_of
-from metainfer_core.kernels import FUSION_KEY, Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
+from metainfer_core.directives import FUSION_KEY, node_meta, set_node_meta
+from metainfer_core.kernels import Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
 from metainfer_core.normalize.graph_utils import clone
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
@@ -32,7 +33,7 @@ def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None,
     def free(k: Kernel) -> bool:
         # layout adapters and bf16 storage Casts belong to the kernel, not to the device op set
         ops = {n.op_type for n in k.nodes if not is_adapter(n) and not is_precision_cast(n)}
-        fused = any(p.key == FUSION_KEY for n in k.nodes for p in n.metadata_props)
+        fused = any(node_meta(n, FUSION_KEY) is not None for n in k.nodes)
         return not fused and (supported is None or ops <= supported)
 
     def depth_of(k: Kernel) -> int:
@@ -88,7 +89,7 @@ class FuseChain(Action):
         in_site = set(site.nodes)
         by_name = {n.name: n for n in out.graph.node}
         supported = set(ctx.target.supported_ops) if ctx.target and ctx.target.supported_ops is not None else None
-        existing = {p.value for n in model.graph.node for p in n.metadata_props if p.key == FUSION_KEY}
+        existing = {node_meta(n, FUSION_KEY) for n in model.graph.node} - {None}
         serial = 0
         # the chains of the input graph (its kernels are cached), tagged by node name in the copy
         for chain in _chains(model, params["max_depth"], supported, params["span"] == "layers", kernels_of(model)):
@@ -102,5 +103,5 @@ class FuseChain(Action):
             tag = f"fg{serial}"
             existing.add(tag)
             for name in names:
-                by_name[name].metadata_props.add(key=FUSION_KEY, value=tag)
+                set_node_meta(by_name[name], FUSION_KEY, tag)
         return out

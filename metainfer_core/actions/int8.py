@@ -9,9 +9,10 @@ from __future__ import annotations
 from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize, range_table
 import json
 
-from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of, set_model_meta
+from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
 from metainfer_core.actions.binding import offered
-from metainfer_core.backends.paths import PATH_KEY, ExecutionPath
+from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.directives import PATH_KEY, set_model_meta
 from metainfer_core.actions.fp16 import is_float32_model
 
 

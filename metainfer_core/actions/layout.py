@@ -22,7 +22,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of, wiring
-from metainfer_core.kernels import ADAPTER, LAYOUT_KEY, TO_NCHW, TO_NHWC, node_meta, set_node_meta
+from metainfer_core.directives import ADAPTER, LAYOUT_KEY, node_meta, set_node_meta
+from metainfer_core.kernels import TO_NCHW, TO_NHWC
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
 

@@ -8,8 +8,9 @@ Illegal on a measured ONNX Runtime target: its arena planner is its own and the 
 backend does not read the record."""
 from __future__ import annotations
 
-from metainfer_core.actions.base import Action, Param, Site, model_meta, set_model_meta
-from metainfer_core.memory import DEFAULT_STRATEGY, STRATEGIES, STRATEGY_KEY
+from metainfer_core.actions.base import Action, Param, Site
+from metainfer_core.directives import STRATEGY_KEY, model_meta, set_model_meta
+from metainfer_core.memory import DEFAULT_STRATEGY, STRATEGIES
 from metainfer_core.normalize.graph_utils import clone
 
 

@@ -14,15 +14,13 @@ double_buffer:  host<->device transfers (tensors of kernels bound to the host) u
 Illegal on a measured ONNX Runtime target, whose executor chooses its own order and copies."""
 from __future__ import annotations
 
-import heapq
 
 import onnx
 
-from metainfer_core.actions.base import Action, Param, Site, infos_of, kernels_of, model_meta, set_model_meta
-from metainfer_core.kernels import BIND_KEY, DOUBLE_BUFFER_KEY, is_adapter, is_precision_cast, node_meta
+from metainfer_core.actions.base import Action, Param, Site, infos_of, kernels_of
+from metainfer_core.directives import BIND_KEY, DOUBLE_BUFFER_KEY, SCHEDULE_KEY, model_meta, node_meta, set_model_meta
+from metainfer_core.kernels import is_adapter, is_precision_cast
 from metainfer_core.normalize.graph_utils import clone, set_repeated
-
-SCHEDULE_KEY = "metainfer.schedule"
 
 
 def memory_order(model: onnx.ModelProto) -> list[onnx.NodeProto]:

@@ -30,7 +30,7 @@ from onnx import helper, numpy_helper
 from metainfer_core.actions.base import (Action, Param, Site, cached, commit_rewrite, derived, infos_of, missing_ops,
                                          opset_of, wiring)
 from metainfer_core.actions.channel_split import split_channels, splittable
-from metainfer_core.kernels import FUSION_KEY, node_meta, set_node_meta
+from metainfer_core.directives import FUSION_KEY, LAYOUT_KEY, node_meta, set_node_meta
 from metainfer_core.normalize.graph_utils import attr_value, clone
 from metainfer_core.tensors import tensor_infos
 
@@ -78,7 +78,7 @@ class _Chains:
         return p is not None and p.op_type == "DequantizeLinear" and all(i in self.inits for i in p.input if i)
 
     def tileable(self, n: onnx.NodeProto) -> bool:
-        if len(n.output) != 1 or not n.input or node_meta(n, "metainfer.layout"):
+        if len(n.output) != 1 or not n.input or node_meta(n, LAYOUT_KEY):
             return False
         x, y = self.infos.get(n.input[0]), self.infos.get(n.output[0])
         if x is None or y is None or len(x.shape) != 4 or len(y.shape) != 4 or n.input[0] in self.inits:

@@ -12,7 +12,8 @@ from typing import Any
 
 import onnx
 
-PATH_KEY = "metainfer.execution_path"
+from metainfer_core.directives import PATH_KEY, model_meta
+
 RUNTIMES = ("onnxruntime", "openvino")
 PRECISIONS = ("f32", "bf16", "f16")
 _PACKAGES = {"onnxruntime": "onnxruntime", "openvino": "openvino"}
@@ -41,7 +42,7 @@ class ExecutionPath:
 
     @staticmethod
     def of(model: onnx.ModelProto) -> "ExecutionPath":
-        raw = next((p.value for p in model.metadata_props if p.key == PATH_KEY), None)
+        raw = model_meta(model, PATH_KEY)
         return ExecutionPath(**json.loads(raw)) if raw else DEFAULT_PATH
 
     @staticmethod

@@ -16,7 +16,8 @@ from functools import lru_cache
 import onnx
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.backends.simulator import SimulatedBackend, double_buffered
+from metainfer_core.backends.simulator import SimulatedBackend
+from metainfer_core.directives import double_buffered
 from metainfer_core.kernels import group_kernels
 from metainfer_core.normalize.pipeline import normalize
 from metainfer_core.tensors import random_feeds, tensor_infos

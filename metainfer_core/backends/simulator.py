@@ -34,17 +34,14 @@ import onnx
 import onnxruntime as ort
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
-from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings, group_kernels, unsupported_reason
+from metainfer_core.directives import double_buffered
+from metainfer_core.kernels import Kernel, bind, crossings, group_kernels, unsupported_reason
 from metainfer_core.memory import DEFAULT_STRATEGY, MemoryPlan, model_strategy, plan_memory
 from metainfer_core.tensors import tensor_infos
 
 _ALIGNED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 LAYOUT_SENSITIVE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 HOST_LAUNCH_US = 5.0
-
-
-def double_buffered(model: onnx.ModelProto) -> bool:
-    return any(p.key == DOUBLE_BUFFER_KEY and p.value == "1" for p in model.metadata_props)
 
 
 class DeviceModel:

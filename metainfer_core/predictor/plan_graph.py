@@ -10,13 +10,10 @@ import math
 
 import onnx
 
+from metainfer_core.directives import BIND_KEY, node_meta, plan_meta
 from metainfer_core.features import kernel_features
 from metainfer_core.kernels import Kernel, group_kernels
 from metainfer_core.tensors import TensorInfo, tensor_infos
-
-META_PREFIX = "metainfer."
-BIND_KEY = "metainfer.bind"                   # "host": the action pinned the kernel to the host
-DOUBLE_BUFFER_KEY = "metainfer.double_buffer"  # "1": transfers overlap the previous kernel
 
 
 def describe_kernels(kernels: list[Kernel], infos: dict[str, TensorInfo] | None = None,
@@ -32,7 +29,7 @@ def describe_kernels(kernels: list[Kernel], infos: dict[str, TensorInfo] | None 
             "features": kernel_features(k),
             "ops": [n.op_type for n in k.nodes],
             "layout": k.attrs.get("layout", "NCHW"),
-            "host": any(_meta(n, BIND_KEY) == "host" for n in k.nodes),
+            "host": any(node_meta(n, BIND_KEY) == "host" for n in k.nodes),
             "inputs": [[src, b] for src, b in zip(sources, sizes)],
             "bytes_out": k.bytes_out,
             "act_signed": _signed_activations(k, infos),
@@ -42,19 +39,7 @@ def describe_kernels(kernels: list[Kernel], infos: dict[str, TensorInfo] | None 
 
 def describe(model: onnx.ModelProto) -> dict:
     infos = tensor_infos(model)
-    return describe_kernels(group_kernels(model, infos), infos, model_meta(model))
-
-
-def model_meta(model: onnx.ModelProto) -> dict[str, str]:
-    return {p.key: p.value for p in model.metadata_props if p.key.startswith(META_PREFIX)}
-
-
-def double_buffered(graph: dict) -> bool:
-    return graph.get("meta", {}).get(DOUBLE_BUFFER_KEY) == "1"
-
-
-def _meta(node: onnx.NodeProto, key: str) -> str | None:
-    return next((p.value for p in node.metadata_props if p.key == key), None)
+    return describe_kernels(group_kernels(model, infos), infos, plan_meta(model))
 
 
 def _input_bytes(k: Kernel, infos: dict[str, TensorInfo] | None) -> list[int]:

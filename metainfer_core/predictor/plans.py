@@ -11,12 +11,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.actions import ActionContext, Step, expand
 from metainfer_core.backends.base import TargetInfo
 
 
 def graph_key(model: onnx.ModelProto) -> str:
-    """The search's graph_hash (not imported: metainfer_core.search imports the predictor)."""
+    """The bytes of the graph (names and node order count). Not the search's canonical
+    graph_hash: the zoo's whole-model runs are stored under these keys, and graph_hash merges
+    plans this keeps apart, so switching would orphan them and change the training set."""
     return hashlib.sha1(model.graph.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
@@ -48,23 +50,18 @@ def candidate_plans(model: onnx.ModelProto, space: dict[str, dict[str, Any]], ta
     for _ in range(depth):
         nxt: list[Plan] = []
         for state in frontier:
-            for name, domain in space.items():
-                action = ACTIONS[name]
-                for params in action.choices(domain):
-                    for site in action.sites(state.model, params, target):
-                        if action.legal(state.model, site, params, target) is not None:
-                            continue
-                        try:
-                            out = action.apply(state.model, site, params, ctx)
-                        except Exception:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
-                            continue
-                        plan = Plan(out, state.steps + (Step(name, site, tuple(sorted(params.items()))),))
-                        if plan.key in seen:
-                            continue
-                        seen.add(plan.key)
-                        nxt.append(plan)
-                        if len(plans) + len(nxt) >= max_plans:
-                            return plans + nxt
+            for action, params, site in expand(state.model, space, target, state.steps[-1] if state.steps else None):
+                try:
+                    out = action.apply(state.model, site, params, ctx)
+                except Exception:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
+                    continue
+                plan = Plan(out, state.steps + (Step(action.name, site, tuple(sorted(params.items()))),))
+                if plan.key in seen:
+                    continue
+                seen.add(plan.key)
+                nxt.append(plan)
+                if len(plans) + len(nxt) >= max_plans:
+                    return plans + nxt
         plans.extend(nxt)
         frontier = nxt
     return plans

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import onnx
 
-from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
@@ -50,21 +50,7 @@ class SearchResult:
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
-    last = state.steps[-1] if state.steps else None
-    last_keeps = last is not None and ACTIONS[last.kind].keeps_graph(dict(last.params))
-    for name, domain in space.items():
-        action = ACTIONS[name]
-        for params in action.choices(domain):
-            # plan-wide directives commute with graph rewrites: rewrites first, then directives in
-            # name order, so each combination is reached once
-            if last_keeps and (not action.keeps_graph(params) or name <= last.kind):
-                continue
-            for site in action.sites(state.model, params, ctx.target):
-                reason = action.legal(state.model, site, params, ctx.target)
-                if reason:
-                    result.illegal[name] = reason
-                    continue
-                yield action, params, site
+    return expand(state.model, space, ctx.target, state.steps[-1] if state.steps else None, result.illegal)
 
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,
@@ -184,8 +170,16 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
 def in_budget_order(todo) -> list:
     """Plan-wide directives (an execution path, a memory policy) cost no rewrite: scored first,
     then the low-precision rewrites, then the rest, so a time budget spent on expensive rewrites
-    of a large graph still sees the other paths and precisions the target offers."""
-    return sorted(todo, key=lambda e: (not e[0].keeps_graph(e[0].with_defaults(e[1])), not e[0].lossy))
+    of a large graph still sees the other paths and precisions the target offers. Within each
+    group the actions take turns (each one's first choice, then each one's second...): on a slow
+    model a few fp16 variants, each bound and timed on every path, must not use up the time int8
+    needed."""
+    todo, turn, seen = list(todo), [], {}
+    for action, _, _ in todo:
+        turn.append(seen.get(action.name, 0))
+        seen[action.name] = turn[-1] + 1
+    keyed = [((not a.keeps_graph(a.with_defaults(p)), not a.lossy, turn[i]), i) for i, (a, p, _) in enumerate(todo)]
+    return [todo[i] for _, i in sorted(keyed)]
 
 
 def kind_of(c: Candidate) -> tuple:

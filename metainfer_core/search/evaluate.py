@@ -19,12 +19,13 @@ from metainfer_core.actions import ActionContext
 from metainfer_core.actions.base import infos_of, kernels_of
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.kernels import DOUBLE_BUFFER_KEY, Kernel, bind, crossings
+from metainfer_core.directives import DOUBLE_BUFFER_KEY
+from metainfer_core.kernels import Kernel, bind, crossings
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts
-from metainfer_core.search.score import Weights, score, violation
+from metainfer_core.search.score import Weights, violation
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
 
 
@@ -137,8 +138,8 @@ class Evaluator:
         self.finish(default)
 
     def finish(self, c: Candidate) -> Candidate:
-        c.score = score(self.weights, c.latency_ms, c.peak_mem_bytes, c.accuracy_loss, c.changes,
-                        self.base_latency, self.base_mem)
+        c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / max(self.base_mem, 1),
+                                     c.accuracy_loss, c.changes)
         c.violation = violation(c.peak_mem_bytes, self.target.memory_limit_bytes, c.accuracy_loss, self.max_loss)
         if c.binding.get("path_error"):
             c.violation = f"execution path: {c.binding['path']} failed ({c.binding['path_error']})"

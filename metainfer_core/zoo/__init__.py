@@ -1,7 +1,8 @@
 """Built-in model zoo: small ONNX models generated in code with seeded weights (no downloads),
 each imitating a common architecture, for tests, benchmarks and demos. Beside them, full-size
-reference networks (`REFERENCE`) whose latencies vendors publish: `build` makes them too, but
-they are not among `names()`, the models the flows, onboarding and training iterate."""
+reference networks (`REFERENCE`: published vendor latencies, a large model for the time budget):
+`build` makes them too, but they are not among `names()`, the models the flows, onboarding and
+training iterate."""
 
 from collections.abc import Callable
 
@@ -9,7 +10,7 @@ import onnx
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.zoo import (bert_tiny, efficientnet_tiny, mlp, mobilenet_v2, mobilenet_v2_tiny,
-                                resnet_tiny, unet_tiny, vit_tiny)
+                                resnet_tiny, unet_nhwc_512, unet_tiny, vit_tiny)
 
 BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
     "resnet_tiny": resnet_tiny.build,
@@ -22,6 +23,7 @@ BUILDERS: dict[str, Callable[[int], onnx.ModelProto]] = {
 }
 REFERENCE: dict[str, Callable[[int], onnx.ModelProto]] = {
     "mobilenet_v2": mobilenet_v2.build,
+    "unet_nhwc_512": unet_nhwc_512.build,
 }
 
 

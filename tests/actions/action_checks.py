@@ -15,7 +15,7 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.tensors import random_feeds
 
-from backends.test_simulator import backend
+from twins import backend
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -10,13 +10,14 @@ from onnx import TensorProto, helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.actions.base import Param
-from metainfer_core.kernels import FUSION_KEY, group_kernels
+from metainfer_core.directives import FUSION_KEY
+from metainfer_core.kernels import group_kernels
 from metainfer_core.normalize import normalize
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics
-from backends.test_simulator import backend
+from twins import backend
 from graphs import conv_chain, model_of
 
 SPEC_CLASSES = {"conv_bn_fusion", "conv_merge", "transpose_cancel", "layout", "fuse_chain", "fp16", "bf16", "int8",

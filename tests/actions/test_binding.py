@@ -8,21 +8,15 @@ import onnx
 
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
-from metainfer_core.backends import create_backend
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.search.candidate import graph_hash
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import ATOL, RTOL
-from backends.test_ov_backend import SPEC
-from backends.test_simulator import backend
+from twins import backend, host
 
 BINDING = ACTIONS["binding"]
-
-
-def host():
-    return create_backend("metainfer_core.backends.host.HostBackend", "cpu", "measured", SPEC)
 
 
 def bind(model, runtime, precision, info):

@@ -14,7 +14,7 @@ from metainfer_core.tensors import tensor_infos
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics
-from backends.test_simulator import backend
+from twins import backend
 from graphs import conv_chain, matmul, model_of
 
 CH = {"tiles": 4, "axis": "channels"}

@@ -10,7 +10,7 @@ from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics
-from backends.test_simulator import backend
+from twins import backend
 from graphs import model_of
 
 

@@ -13,8 +13,7 @@ from metainfer_core.normalize import normalize
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
-from backends.test_ov_backend import SPEC
-from backends.test_simulator import backend
+from twins import HOST_SPEC as SPEC, backend
 
 DYN = ACTIONS["int8_dynamic"]
 

@@ -17,8 +17,9 @@ from metainfer_core.zoo import build
 
 from action_checks import apply, loss
 from metainfer_core.backends.paths import ExecutionPath
-from test_binding import bind, host
-from backends.test_simulator import backend
+from test_binding import bind
+from twins import host
+from twins import backend
 
 OV_INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
            "calibrate_method": "MinMax", "placement": "inputs"}

@@ -3,12 +3,13 @@ layout-sensitive ops wrapped by adapters the kernel grouper folds into channels-
 from __future__ import annotations
 
 from metainfer_core.actions import ACTIONS
-from metainfer_core.kernels import LAYOUT_KEY, group_kernels, is_adapter, node_meta
+from metainfer_core.directives import LAYOUT_KEY, node_meta
+from metainfer_core.kernels import group_kernels, is_adapter
 from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics
-from backends.test_simulator import backend
+from twins import backend
 
 
 def test_resnet_runs_channels_last_with_transposes_only_at_the_boundary():

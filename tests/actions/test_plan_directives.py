@@ -8,12 +8,13 @@ from onnx import TensorProto, helper, numpy_helper
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.kernels import bind, group_kernels
-from metainfer_core.memory import STRATEGY_KEY, model_strategy
+from metainfer_core.directives import BIND_KEY, STRATEGY_KEY
+from metainfer_core.memory import model_strategy
 from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 
 from action_checks import apply
-from backends.test_simulator import backend
+from twins import backend
 from graphs import model_of
 
 
@@ -71,7 +72,7 @@ def test_double_buffering_hides_transfers_behind_compute_for_memory():
     m = normalize(build("resnet_tiny"), None).model
     for n in m.graph.node:                          # pin every other Relu to the host: transfers both ways
         if n.op_type == "Relu" and n.name[-1] in "02468":
-            n.metadata_props.add(key="metainfer.bind", value="host")
+            n.metadata_props.add(key=BIND_KEY, value="host")
     spec = {"peak_gflops": {"int8": 8000, "float32": 2000}}
     out, feeds = apply("schedule", m, {"order": "keep", "double_buffer": True}, target="asic", supported_ops=None, **spec)
     identical(m, out, feeds)

@@ -11,13 +11,14 @@ from onnx import numpy_helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.actions._qdq import _weight_axis
-from metainfer_core.kernels import PRECISION_KEY, group_kernels, node_meta
+from metainfer_core.directives import PRECISION_KEY, node_meta
+from metainfer_core.kernels import group_kernels
 from metainfer_core.normalize import normalize
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import apply, loss, ops
-from backends.test_simulator import backend
+from twins import backend
 
 INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
         "calibrate_method": "MinMax"}

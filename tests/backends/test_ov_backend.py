@@ -12,14 +12,15 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.ov_backend import OpenVinoBackend, OvCompiled
-from metainfer_core.backends.paths import PATH_KEY, ExecutionPath, offered_paths
+from metainfer_core.backends.paths import ExecutionPath, offered_paths
+from metainfer_core.directives import PATH_KEY
 from metainfer_core.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from graphs import conv_chain
+from twins import HOST_SPEC
 
-SPEC = {"providers": ["CPUExecutionProvider"], "intra_op_threads": 1, "memory_limit_bytes": 1 << 33,
-        "execution_paths": {"openvino": {"precisions": ["f32", "bf16"], "performance_hint": "LATENCY"}}}
+SPEC = HOST_SPEC
 
 
 @pytest.fixture(scope="module")

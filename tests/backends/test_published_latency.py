@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from metainfer_core.backends.published import PUBLISHED, TOLERANCE, simulated_ms, vendor_plan, reference_network
+from metainfer_core.directives import DOUBLE_BUFFER_KEY
 from metainfer_core.kernels import group_kernels
 
-from backends.test_simulator import backend
+from twins import backend
 
 
 @pytest.mark.parametrize("pub", PUBLISHED, ids=lambda p: f"{p.target}-{p.precision}")
@@ -37,5 +38,5 @@ def test_the_vendor_plan_runs_on_the_device():
     convs = [k for k in kernels if k.op_type.startswith("Conv")]
     assert all(k.dtype == "int8" and k.layout == "NHWC" for k in convs)
     assert sum(on_device) >= len(kernels) - 4                        # the boundary reorders run on the host
-    assert any(p.key == "metainfer.double_buffer" for p in plan.metadata_props)
+    assert any(p.key == DOUBLE_BUFFER_KEY for p in plan.metadata_props)
     assert not any(npu.device.placement(group_kernels(reference_network("mobilenet_v2"))))

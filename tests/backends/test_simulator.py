@@ -3,23 +3,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import yaml
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.backends import create_backend
+from metainfer_core.directives import BIND_KEY
 from metainfer_core.kernels import group_kernels
 from metainfer_core.tensors import random_feeds, tensor_infos
 from metainfer_core.zoo import build
-from tasks.compose import CONF_DIR
 
 from graphs import conv_chain
+from twins import backend
 
 MODELED = ["gpu", "npu", "fpga", "asic"]
-
-
-def backend(name: str, **spec_changes):
-    cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **spec_changes})
 
 
 def _int8(m):
@@ -156,7 +150,7 @@ def test_micro_benchmarks_time_kernels_as_they_run_in_a_graph():
 
 def test_pinned_kernels_run_on_the_host():
     m = conv_chain()
-    m.graph.node[1].metadata_props.add(key="metainfer.bind", value="host")
+    m.graph.node[1].metadata_props.add(key=BIND_KEY, value="host")
     gpu = backend("gpu")
     assert gpu.compile(m).host_kernels == 1
 

@@ -14,6 +14,7 @@ import onnx
 from metainfer_core.normalize.graph_utils import NON_DETERMINISTIC, GraphIndex, subgraphs, sweep
 
 
+# Kept over onnx_ir's CommonSubexpressionEliminationPass: it joins equal graph outputs by an Identity, merges Bernoulli draws.
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     seen: dict[tuple, onnx.NodeProto] = {}  # first node of each key, in sweep order
 

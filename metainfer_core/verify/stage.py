@@ -1,0 +1,109 @@
+"""The verify stage: the accuracy guard's repaired twins of lossy plans over the bound, then
+the default and every candidate measured on the target (verify/measure.py), with as many timed
+rounds as the verify share of the budget allows."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy_guard import repair
+from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.backends import Backend
+from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.budget import eta
+from metainfer_core.kernels import group_kernels
+from metainfer_core.normalize.prepare import Prepared
+from metainfer_core.predictor import CostModel
+from metainfer_core.search.candidate import Candidate
+from metainfer_core.search.stage import SearchOutcome
+from metainfer_core.settings import Settings
+from metainfer_core.timing import SETTLE
+from metainfer_core.verify.measure import Verified, verify
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class VerifyOutcome:
+    baseline: Verified
+    candidates: list[Verified]
+    plans: list[Candidate]              # aligned with candidates: the search's top-K, then guard repairs
+    repairs: list[dict]
+    seconds: float
+
+
+def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidate], cost_model: CostModel | None,
+           progress: Progress) -> tuple[list[Candidate], list[dict]]:
+    """Low-precision candidates that break the accuracy bound on the validation inputs get a
+    repaired twin with the culprit nodes pinned to fp32 (both are verified: the difference is
+    what the pinning costs)."""
+    lossy = {n for n, a in ACTIONS.items() if a.lossy}
+    ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
+    extra, repairs = [], []
+    for i, c in enumerate(top):
+        if not any(st.kind in lossy for st in c.steps) or not ExecutionPath.of(c.model).is_default:
+            continue        # a plan bound to another path: verify measures its loss there and decide rejects it over the bound
+        try:
+            loss = prepared.loss_fn(prepared.reference, run_cpu(c.model, prepared.feeds))
+            if loss <= s.accuracy.max_loss:
+                continue
+            r = repair(prepared.model, c.steps, c.model, ctx, prepared.feeds, prepared.reference, s.accuracy.max_loss,
+                       s.verify.repair_budget, prepared.loss_fn)
+        except Exception as exc:  # noqa: BLE001 - verify reports the candidate's own failure; no repair for it
+            progress(f"verify: candidate{i + 1} could not be checked for repair ({type(exc).__name__}); verified as it is")
+            continue
+        entry = {"candidate": f"candidate{i + 1}", "culprits": r.culprits, "loss_before": r.loss_before,
+                 "loss_after": r.loss_after, "evaluations": r.evaluations, "repaired": r.ok, "repaired_as": None}
+        if r.ok:
+            predicted = cost_model.predict_ms(group_kernels(r.model)) if cost_model is not None else float("nan")
+            extra.append(Candidate(r.model, r.steps, latency_ms=predicted, peak_mem_bytes=c.peak_mem_bytes,
+                                   accuracy_loss=r.loss_after, score=float("nan")))
+            entry["repaired_as"] = f"candidate{len(top) + len(extra)}"
+        progress(f"verify: {entry['candidate']} breaks the accuracy bound ({r.loss_before:.3g}); pinned "
+                 f"{r.culprits or 'nothing'} to fp32 -> {r.loss_after:.3g} ({'repaired' if r.ok else 'gave up'})")
+        repairs.append(entry)
+    return top + extra, repairs
+
+
+MIN_VERIFY_RUNS = 7     # the median and p90 of fewer timed runs say little
+
+
+def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, n_feeds: int,
+                allowance_s: float | None) -> tuple[int, float]:
+    """(timed rounds, predicted seconds): verify.runs, fewer where timing that many rounds of
+    every plan (each timed run after its settle runs; the default twice: verify's late twin),
+    after each plan's accuracy runs on the validation inputs and its warm-up, would overrun the
+    verify allowance (predicted latencies)."""
+    ms = [c.latency_ms for c in [default, default, *plans] if c is not None and c.latency_ms == c.latency_ms]
+    per_round_s = sum(ms) * (1 + SETTLE) / 1e3
+    fixed_s = sum(ms) * (s.verify.warmup + n_feeds) / 1e3
+    runs = s.verify.runs
+    if allowance_s is not None and per_round_s > 0:
+        runs = int(max(MIN_VERIFY_RUNS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
+    return runs, fixed_s + runs * per_round_s
+
+
+def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
+                 progress: Progress = print, cost_model: CostModel | None = None,
+                 measure: Callable[..., list[Verified]] = verify, allowance_s: float | None = None) -> VerifyOutcome:
+    """measure: verify()'s signature; another host's verify for deploy.remote_verify.
+    allowance_s: verify's share of budget.total_s (bounds the number of timed rounds)."""
+    t0 = time.perf_counter()
+    plans, repairs = _guard(s, prepared, backend, list(outcome.result.top) if outcome.result else [], cost_model,
+                            progress)
+    models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(plans)]
+    left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
+    runs, expected_s = verify_runs(s, plans, outcome.default, len(prepared.feeds), left)
+    progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
+             f"{runs} interleaved runs each, ~{eta(expected_s)} plus compiles"
+             + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
+                else ""))
+    results = measure(backend, models, prepared.feeds, prepared.reference, runs, s.verify.warmup,
+                      prepared.loss_fn)
+    by_label = {v.label: v for v in results}
+    for r in repairs:       # what pinning cost: the repaired plan against the plan it came from
+        fixed, orig = by_label.get(r["repaired_as"]), by_label.get(r["candidate"])
+        r["latency_cost_ms"] = (fixed.latency_ms - orig.latency_ms) if fixed and orig and fixed.ok and orig.ok else None
+    return VerifyOutcome(results[0], results[1:], plans, repairs, time.perf_counter() - t0)
