@@ -64,7 +64,7 @@ def loss_axis(ax, losses: list[float], bound: float | None) -> None:
     floor = 10 ** math.floor(math.log10(min(lossy + [1e-3]))) / 10
     ax.set_yscale("symlog", linthresh=floor, linscale=0.5)
     top = max(lossy + [floor * 10])
-    ax.set_ylim(-floor * 0.4, top * 3)
+    ax.set_ylim(-floor * 0.9, top * 3)      # room below 0 for the markers and labels there
     decades = range(int(round(math.log10(floor))) + 1, int(math.floor(math.log10(top * 3))) + 1)
     ax.yaxis.set_major_locator(ticker.FixedLocator([0.0] + [10.0 ** d for d in decades]))
     ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: "0" if v == 0 else f"{v:.0e}".replace("e-0", "e-")))
@@ -82,7 +82,7 @@ def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
 
     pts = _points(plan)
     written = []
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7.4, 4))
     bound = plan.get("accuracy_bound")
     loss_axis(ax, [p["loss"] for p in pts if _ok(p["loss"])], bound)
     _scatter(ax, pts, "measured", "loss")
@@ -92,7 +92,7 @@ def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
 
     both = [p for p in pts if _ok(p["predicted"]) and p["predicted"] > 0 and p["measured"] > 0]
     if both:
-        fig, ax = plt.subplots(figsize=(5, 4.4))
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
         lo = min(min(p["predicted"], p["measured"]) for p in both) / 1.5
         hi = max(max(p["predicted"], p["measured"]) for p in both) * 1.5
         ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="measured = predicted")
@@ -117,7 +117,7 @@ def _save(plt, fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Non
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))     # beside the plot: no point hidden
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
