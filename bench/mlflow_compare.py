@@ -1,7 +1,7 @@
 """The suite's side of MLflow: check that each adapt run's MLflow figures equal its plan.json,
 add the suite's same-run comparison figures and plots to that run, check that the runs of each
-(model, target) experiment carry the same param and metric names (so the UI's compare view
-lines them up), and record the suite itself as one run in `meta-infer/bench@cpu`."""
+model's experiment on the suite's target carry the same param and metric names (so the UI's
+compare view lines them up), and record the suite itself as one run in `meta-infer/bench@cpu`."""
 from __future__ import annotations
 
 import math
@@ -40,18 +40,20 @@ def log_to_run(client: MlflowClient, run_id: str, metrics: dict[str, float], fil
 
 
 def alignment(client: MlflowClient, run_ids: dict[str, str]) -> list[dict]:
-    """Per experiment of the suite's runs: how many finished runs it holds and which param or
-    metric names some of them lack (empty: the compare view lines every run up)."""
+    """Per experiment of the suite's runs, on the run's target (a model's experiment holds its other
+    targets too, whose target.spec params differ): how many finished runs there are and which
+    param or metric names some of them lack (empty: the compare view lines every run up)."""
     out = []
     for name, run_id in run_ids.items():
         run = client.get_run(run_id)
         exp = client.get_experiment(run.info.experiment_id)
-        runs = client.search_runs([exp.experiment_id], filter_string="attributes.status = 'FINISHED'",
-                                  max_results=200)
+        target = run.data.tags.get("target", "")
+        runs = client.search_runs([exp.experiment_id], max_results=200,
+                                  filter_string=f"attributes.status = 'FINISHED' and tags.target = '{target}'")
         params = [set(r.data.params) for r in runs]
         metrics = [set(r.data.metrics) for r in runs]
         differs = sorted((set.union(*params) - set.intersection(*params)) | (set.union(*metrics) - set.intersection(*metrics)))
-        out.append({"name": exp.name, "runs": len(runs), "params": len(run.data.params),
+        out.append({"name": exp.name, "target": target, "runs": len(runs), "params": len(run.data.params),
                     "metrics": len(run.data.metrics), "differs": differs})
     return out
 

@@ -149,7 +149,8 @@ def model_row(plan: dict, plan_path: Path, client=None) -> dict:
            "run_folder": os.path.relpath(plan_path.parent, ROOT), "mlflow_run_id": p["mlflow_run_id"],
            "candidates": [{"label": c["label"], "actions": [a["kind"] for a in c["actions"]],
                            "predicted_ms": c["predicted_latency_ms"], "measured_ms": c["measured"]["latency_ms"],
-                           "accuracy_loss": c["measured"]["accuracy_loss"], "error": c["error"]}
+                           "accuracy_loss": c["measured"]["accuracy_loss"], "error": c["error"],
+                           "verdict": c.get("verdict")}
                           for c in p["candidates"]]}
     if client is not None:
         import mlflow_compare

@@ -10,9 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
+from metainfer_core.plan_plots import STYLE, loss_axis  # noqa: E402
 from peers import NAMES  # noqa: E402
-
-LOSS_FLOOR = 1e-9    # lossless plans (loss ~1e-16) drawn at this floor of the log axis
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -25,71 +24,128 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
     return front
 
 
-def _candidates(m: dict) -> list[tuple[float, float, str]]:
-    """(latency / default, loss, label) of the default plan and every verified candidate."""
+def _chosen(m: dict, c: dict) -> bool:
+    """The candidate adapt chose (its verdict; in a results.json from before verdicts were kept,
+    the adapted plan's measured latency)."""
+    if "verdict" in c:
+        return (c.get("verdict") or "").startswith("chosen")
+    return m["decision"] == "adapted" and c.get("measured_ms") == m.get("adapted_ms")
+
+
+def _points(m: dict) -> list[dict]:
+    """latency / default, loss, label (number and action kinds), role of the default and every
+    verified candidate of one model."""
     base = m["default_ms"]
-    pts = [(1.0, max(m["default_loss"] or 0.0, LOSS_FLOOR), "default")]
+    pts = [{"x": 1.0, "loss": m["default_loss"] or 0.0, "label": "default", "role": "default"}]
     for c in m["candidates"]:
         if c.get("measured_ms") and c.get("accuracy_loss") is not None:
-            pts.append((c["measured_ms"] / base, max(c["accuracy_loss"], LOSS_FLOOR), c["label"]))
+            kinds = "+".join(k for k in c.get("actions") or [] if k != "binding") or "binding"
+            pts.append({"x": c["measured_ms"] / base, "loss": c["accuracy_loss"],
+                        "label": f"{c['label'].replace('candidate', '#')} {kinds}",
+                        "role": "chosen" if _chosen(m, c) else "candidate"})
     return pts
 
 
-def pareto(models: list[dict], out: Path) -> Path:
-    ok = [m for m in models if not m.get("error")]
-    cols = 4
-    rows = max(1, math.ceil(len(ok) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.2 * rows), squeeze=False)
-    for ax, m in zip(axes.flat, ok):
-        pts = _candidates(m)
-        ax.scatter([p[0] for p in pts[1:]], [p[1] for p in pts[1:]], s=18, label="verified candidates")
-        ax.scatter([1.0], [pts[0][1]], marker="s", color="black", s=24, label="default")
-        front = pareto_front([(x, y) for x, y, _ in pts])
-        ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="tab:red", lw=1, marker="o",
-                mfc="none", ms=8, label="Pareto front")
+PEERS = (("ort_static", "^"), ("ort_dynamic", "v"), ("ov_default", "D"), ("ov_f32", "d"), ("ov_nncf_int8", "P"))
+
+
+def pareto(models: list[dict], out: Path) -> list[Path]:
+    """One panel per model, `pareto_<model>.png`: every verified plan's latency (over the default's)
+    against its accuracy loss, each labelled with its actions, the default and the chosen plan
+    marked, the Pareto front, the peers of the same comparison run and the accuracy bound; zero
+    loss at a labelled 0 (plan_plots.loss_axis)."""
+    files = []
+    for m in [m for m in models if not m.get("error")]:
+        pts = _points(m)
+        fig, ax = plt.subplots(figsize=(7, 4.6))
+        peers = []
         c = m.get("compare") or {}
         base = (c.get("ort_default") or {}).get("latency_ms")
-        for k, mk in (("ort_static", "^"), ("ort_dynamic", "v"), ("ov_default", "D"), ("ov_f32", "d"),
-                      ("ov_nncf_int8", "P")):
+        for k, mk in PEERS:
             v = c.get(k) or {}
-            if base and v.get("latency_ms"):
-                ax.scatter([v["latency_ms"] / base], [max(v["accuracy_loss"], LOSS_FLOOR)], marker=mk, s=30,
-                           label=NAMES[k])
-        _log_axes(ax, y_plain=False)
-        ax.set_title(f"{m['name']} ({m['decision']})", fontsize=9)
-        ax.set_xlabel("latency / default", fontsize=8)
-        ax.set_ylabel("accuracy loss", fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(ok):]:
-        ax.axis("off")
-    if ok:
-        axes.flat[0].legend(fontsize=6)
-    fig.suptitle("cpu (measured): verified candidates, latency vs accuracy loss", fontsize=10)
-    fig.tight_layout()
-    return _save(fig, out / "pareto.png")
+            if base and v.get("latency_ms") and v.get("accuracy_loss") is not None:
+                peers.append((v["latency_ms"] / base, v["accuracy_loss"], mk, NAMES[k]))
+        loss_axis(ax, [p["loss"] for p in pts] + [p[1] for p in peers], m.get("accuracy_bound"))
+        front = pareto_front([(p["x"], p["loss"]) for p in pts])
+        ax.step([x for x, _ in front], [y for _, y in front], where="post", color="tab:red", lw=1, alpha=0.6,
+                label="Pareto front")
+        for role, style in STYLE.items():
+            sel = [p for p in pts if p["role"] == role]
+            if sel:
+                ax.scatter([p["x"] for p in sel], [p["loss"] for p in sel], label=role, **style)
+        for x, y, mk, name in peers:
+            ax.scatter([x], [y], marker=mk, s=34, label=f"{name} (peer)", alpha=0.8)
+        ax.set_xscale("log")
+        _plain_log(ax.xaxis)
+        _labels(ax, pts)
+        ax.set_title(f"{m['name']} on cpu (measured): {m['decision']}, verified plans", fontsize=10)
+        ax.set_xlabel("latency / default (lower is faster)")
+        ax.set_ylabel("accuracy loss (0 = lossless)")
+        ax.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        fig.tight_layout()
+        files.append(_save(fig, out / f"pareto_{m['name']}.png"))
+    return files
+
+
+def _labels(ax, pts: list[dict], near_px: float = 14) -> None:
+    """Each point's label beside it; points drawn within `near_px` of each other share one."""
+    ax.autoscale_view()
+    groups: list[tuple[tuple[float, float], list[dict]]] = []
+    for p in pts:
+        at = ax.transData.transform((p["x"], p["loss"]))
+        near = next((g for g in groups if math.dist(g[0], at) < near_px), None)
+        if near:
+            near[1].append(p)
+        else:
+            groups.append((tuple(at), [p]))
+    placed: list[tuple[float, float, float, float]] = []     # label boxes drawn so far (pixels)
+    scale = ax.figure.dpi / 72
+    for at, group in groups:
+        text = ", ".join(p["label"] for p in group)
+        w, h = len(text) * 7 * 0.55 * scale, 9 * scale
+        for dx, dy in ((6, 4), (6, -12), (6, 14), (6, -22), (6, 24), (-8 - w / scale, 4), (6, -32)):
+            x0, y0 = at[0] + dx * scale, at[1] + dy * scale
+            box = (x0, y0, x0 + w, y0 + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+        placed.append(box)
+        ax.annotate(text, (group[0]["x"], group[0]["loss"]), textcoords="offset points", xytext=(dx, dy), fontsize=7)
 
 
 def predicted_vs_measured(models: list[dict], out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(5.5, 5))
+    """Every model's plans, predicted against measured latency, one colour per model; its
+    default a square, its chosen plan a star."""
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
     lo, hi = math.inf, 0.0
-    for m in models:
-        if m.get("error"):
+    ran = [m for m in models if not m.get("error")]
+    palette = plt.cm.tab10 if len(ran) <= 10 else plt.cm.tab20      # tab20 pairs close shades: only when needed
+    for i, m in enumerate(ran):
+        colour = palette(i % palette.N)
+        pts = [(m["default_predicted_ms"], m["default_ms"], "default")] + [
+            (c["predicted_ms"], c["measured_ms"], "chosen" if _chosen(m, c) else "candidate") for c in m["candidates"]]
+        pts = [(p, q, r) for p, q, r in pts if p and q and p > 0 and q > 0]
+        if not pts:
             continue
-        pts = [(m["default_predicted_ms"], m["default_ms"])] + [(c["predicted_ms"], c["measured_ms"])
-                                                                 for c in m["candidates"]]
-        pts = [(p, q) for p, q in pts if p and q and p > 0 and q > 0]
-        if pts:
-            ax.scatter([p for p, _ in pts], [q for _, q in pts], s=16, label=m["name"])
-            lo, hi = min(lo, *(min(p, q) for p, q in pts)), max(hi, *(max(p, q) for p, q in pts))
+        for role, style in STYLE.items():
+            sel = [(p, q) for p, q, r in pts if r == role]
+            if sel:
+                ax.scatter([p for p, _ in sel], [q for _, q in sel], label=m["name"] if role == "candidate" else None,
+                           **dict(style, color=colour, edgecolors="black" if role != "candidate" else "none",
+                                  linewidths=0.6))
+        lo, hi = min(lo, *(min(p, q) for p, q, _ in pts)), max(hi, *(max(p, q) for p, q, _ in pts))
     if hi > 0:
         xs = [lo / 1.5, hi * 1.5]
         ax.plot(xs, xs, color="black", lw=0.8, label="predicted = measured")
         ax.fill_between(xs, [x * 0.9 for x in xs], [x * 1.1 for x in xs], color="grey", alpha=0.2, label="±10 %")
+        ax.plot(xs, [2 * x for x in xs], color="grey", lw=0.8, ls=":", label="2x off")
+        ax.plot(xs, [x / 2 for x in xs], color="grey", lw=0.8, ls=":")
+    ax.scatter([], [], marker="s", color="white", edgecolors="black", label="default (square)")
+    ax.scatter([], [], marker="*", s=150, color="white", edgecolors="black", label="chosen (star)")
     _log_axes(ax)
     ax.set_xlabel("predicted latency (ms)")
     ax.set_ylabel("measured latency (ms)")
     ax.set_title("cpu: adapt's predictions vs its verify measurements", fontsize=10)
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6.5, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     return _save(fig, out / "predicted_vs_measured.png")
 
@@ -114,15 +170,18 @@ def search_time(models: list[dict], scaling: list[dict] | None, out: Path) -> Pa
     return _save(fig, out / "search_time_vs_nodes.png")
 
 
-def _log_axes(ax, y_plain: bool = True) -> None:
-    """Log scales with plain tick labels (0.2, 0.5, 1, 2 rather than 2x10^-1), minor labels off;
-    y_plain=False keeps powers of ten (accuracy loss spans many decades)."""
+def _log_axes(ax) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
-    for axis in [ax.xaxis] + ([ax.yaxis] if y_plain else []):
-        axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
-        axis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
-        axis.set_minor_formatter(ticker.NullFormatter())
+    _plain_log(ax.xaxis)
+    _plain_log(ax.yaxis)
+
+
+def _plain_log(axis) -> None:
+    """Plain tick labels on a log axis (0.2, 0.5, 1, 2 rather than 2x10^-1), minor labels off."""
+    axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%.3g"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def _save(fig, path: Path) -> Path:

@@ -375,11 +375,12 @@ def _reprofile(rows: list | None) -> list[str]:
 def _mlflow(m: dict | None) -> list[str]:
     if not m:
         return []
-    out = ["", "## MLflow", "", f"Store `{m['uri']}`; one experiment per (model, target). Open it with "
-           f"`mlflow ui --backend-store-uri {m['uri']}` and compare the runs of an experiment.", "",
-           "| experiment | runs | params / metrics of this run | aligned with the other runs |", "|---|---|---|---|"]
+    out = ["", "## MLflow", "", f"Store `{m['uri']}`; one experiment per model, its runs on every target (tag "
+           f"`target`). Open it with `mlflow ui --backend-store-uri {m['uri']}` and compare the runs of an experiment.",
+           "", "| experiment | target | runs | params / metrics of this run | aligned with the other runs |",
+           "|---|---|---|---|---|"]
     for e in m["experiments"]:
-        out.append(f"| {e['name']} | {e['runs']} | {e['params']} / {e['metrics']} | "
+        out.append(f"| {e['name']} | {e.get('target', '-')} | {e['runs']} | {e['params']} / {e['metrics']} | "
                    f"{'yes' if not e['differs'] else 'differs: ' + ', '.join(e['differs'][:6])} |")
     return out
 

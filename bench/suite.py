@@ -227,11 +227,13 @@ def main(argv: list[str]) -> int:
     attach_roofline(results["models"], peaks)
     say("plots, MLflow, report")
     ok = [m for m in results["models"] if not m.get("error")]
-    files = [plots.pareto(results["models"], a.out), plots.predicted_vs_measured(results["models"], a.out),
-             plots.search_time(results["models"], results.get("search_scaling"), a.out)]
+    panels = plots.pareto(results["models"], a.out)         # one per model, pareto_<model>.png
+    files = [plots.predicted_vs_measured(results["models"], a.out),
+             plots.search_time(results["models"], results.get("search_scaling"), a.out), *panels]
     results["plots"] = [f.name for f in files]
     for m in ok:        # first, so the alignment check below sees this run's bench.* metrics too
-        mlflow_compare.log_to_run(client, m["mlflow_run_id"], bench_figures(m), files)
+        own = [f for f in files if f not in panels or f.name == f"pareto_{m['name']}.png"]    # its own panel
+        mlflow_compare.log_to_run(client, m["mlflow_run_id"], bench_figures(m), own)
     results["mlflow"] = {"uri": f"sqlite:///{os.path.relpath(a.store, ROOT)}/mlflow.db",
                          "experiments": mlflow_compare.alignment(client, {m["name"]: m["mlflow_run_id"] for m in ok})}
     results["wall_s"] = time.perf_counter() - T0

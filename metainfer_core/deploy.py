@@ -9,7 +9,6 @@ plan.json's `execution_path`: the runtime, its precision and the settings it was
 (threads, graph optimisation level, performance hint)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import onnx
 from metainfer_core.backends.base import Backend, Compiled
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.errors import MetaInferError
+from metainfer_core.plan import read_plan
 
 _SETTINGS = ("providers", "intra_op_threads", "graph_optimization_level", "performance_hint", "inference_precision")
 
@@ -58,7 +58,7 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
     if not plan_file.is_file() or not model_file.is_file():
         raise MetaInferError(f"{folder} is not an adapt run folder: it needs plan.json and model.onnx (flows/adapt.py "
                              "writes both under paths.artifacts/runs/<run>).")
-    plan = json.loads(plan_file.read_text())
+    plan = read_plan(plan_file)
     record = plan.get("execution_path") or {"runtime": "onnxruntime", "precision": "f32", "settings": {}}
     spec = {"memory_limit_bytes": 0, **record.get("settings", {})}
     if threads is not None:

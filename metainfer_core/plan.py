@@ -55,11 +55,75 @@ class RunFolder:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def rewrite_json(path: Path, data: Any) -> None:
-    """Replace a JSON file atomically (readers never see half a file)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2))
-    os.replace(tmp, path)
+# plan.json stays a page a person reads: the candidates' per-node lists (the nodes each action
+# touches, the kernels left on the host and why) go to this side file in the same folder, which
+# plan.json names under `node_lists`; read_plan() puts them back. The chosen plan's `actions`
+# keep their `nodes` (the contract), each list on one line.
+NODES_FILE = "plan_nodes.json"
+NODES_SCHEMA = "meta-infer/plan-nodes/v1"
+
+
+def _readable_json(x: Any, level: int = 0, width: int = 120) -> str:
+    """JSON indented by two spaces, except that a list of plain values, and any object or list
+    that fits in `width` characters, stays on one line."""
+    pad, end = "  " * (level + 1), "\n" + "  " * level
+    one_line = json.dumps(x)
+    if len(one_line) + len(pad) <= width or not isinstance(x, (dict, list)):
+        return one_line
+    if isinstance(x, dict) and x:
+        return "{\n" + ",\n".join(f"{pad}{json.dumps(k)}: {_readable_json(v, level + 1)}"
+                                    for k, v in x.items()) + end + "}"
+    if isinstance(x, list) and any(isinstance(v, (dict, list)) for v in x):
+        return "[\n" + ",\n".join(pad + _readable_json(v, level + 1) for v in x) + end + "]"
+    return json.dumps(x)
+
+
+def split_node_lists(plan: dict) -> tuple[dict, dict]:
+    """(plan.json's content, plan_nodes.json's): each candidate's action `nodes` become `n_nodes`
+    and its binding's `host` list `host_kernels`, the lists kept in the second, in candidate order."""
+    lists, candidates = [], []
+    for c in plan.get("candidates") or []:
+        actions = [{**{k: v for k, v in a.items() if k != "nodes"}, "n_nodes": len(a.get("nodes") or [])}
+                   for a in c.get("actions") or []]
+        binding = dict(c.get("binding") or {})
+        host = binding.pop("host", None)
+        if host is not None:
+            binding["host_kernels"] = len(host)
+        candidates.append({**c, "actions": actions, **({"binding": binding} if "binding" in c else {})})
+        lists.append({"label": c.get("label"), "action_nodes": [a.get("nodes") or [] for a in c.get("actions") or []],
+                      "binding_host": host})
+    return {**plan, "candidates": candidates, "node_lists": NODES_FILE}, {"schema": NODES_SCHEMA, "candidates": lists}
+
+
+def write_plan(folder: Path, plan: dict) -> Path:
+    """plan.json and its side file plan_nodes.json, each replaced atomically (the side file first)."""
+    readable, lists = split_node_lists(_clean(plan))
+    for name, text in ((NODES_FILE, json.dumps(lists, indent=1)), ("plan.json", _readable_json(readable))):
+        tmp = folder / f"{name}.tmp"
+        tmp.write_text(text + "\n")
+        os.replace(tmp, folder / name)
+    return folder / "plan.json"
+
+
+def read_plan(path: Path) -> dict:
+    """plan.json (`path`: the file or its run folder) with its per-node lists put back; a plan
+    written before the side file existed (or without it) reads as it is."""
+    path = Path(path)
+    path = path / "plan.json" if path.is_dir() else path
+    plan = json.loads(path.read_text())
+    side = path.with_name(plan.get("node_lists") or NODES_FILE)
+    if "node_lists" not in plan or not side.is_file():
+        return plan
+    lists = json.loads(side.read_text())["candidates"]
+    plan = {k: v for k, v in plan.items() if k != "node_lists"}
+    for c, full in zip(plan.get("candidates") or [], lists):
+        for a, nodes in zip(c.get("actions") or [], full["action_nodes"]):
+            a.pop("n_nodes", None)
+            a["nodes"] = nodes
+        if full.get("binding_host") is not None:
+            c["binding"].pop("host_kernels", None)
+            c["binding"]["host"] = full["binding_host"]
+    return plan
 
 
 def metrics_of(v: dict | None) -> dict:

@@ -51,6 +51,28 @@ def _scatter(ax, pts: list[dict], x: str, y: str) -> None:
                     xytext=(6, -11 if below else 4), fontsize=7)
 
 
+LOSSLESS = 1e-12        # an accuracy loss below this is float rounding (2.2e-16): drawn at 0
+
+
+def loss_axis(ax, losses: list[float], bound: float | None) -> None:
+    """An accuracy-loss y axis that shows zero honestly: symlog, a lossless plan at a tick
+    labelled 0 on a short linear stretch, the lossy ones on a log scale above it (down to a
+    decade below the smallest), and the accuracy bound drawn as a dashed line."""
+    from matplotlib import ticker
+
+    lossy = [v for v in losses if v > LOSSLESS] + ([bound] if _ok(bound) and bound > 0 else [])
+    floor = 10 ** math.floor(math.log10(min(lossy + [1e-3]))) / 10
+    ax.set_yscale("symlog", linthresh=floor, linscale=0.5)
+    top = max(lossy + [floor * 10])
+    ax.set_ylim(-floor * 0.9, top * 3)      # room below 0 for the markers and labels there
+    decades = range(int(round(math.log10(floor))) + 1, int(math.floor(math.log10(top * 3))) + 1)
+    ax.yaxis.set_major_locator(ticker.FixedLocator([0.0] + [10.0 ** d for d in decades]))
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: "0" if v == 0 else f"{v:.0e}".replace("e-0", "e-")))
+    ax.yaxis.set_minor_locator(ticker.NullLocator())
+    if _ok(bound):
+        ax.axhline(bound, color="tab:red", ls="--", lw=1, label=f"accuracy bound {bound:g}")
+
+
 def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
     """Write both plots into `folder`; returns (title, file name) of each written."""
     import matplotlib      # here, not at import: only a finished run pays for it
@@ -60,22 +82,17 @@ def write_plots(plan: dict, folder: Path) -> list[tuple[str, str]]:
 
     pts = _points(plan)
     written = []
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(7.4, 4))
     bound = plan.get("accuracy_bound")
-    losses = [p["loss"] for p in pts if _ok(p["loss"])]
-    # symlog: a lossless plan sits at 0 on a linear stretch, the lossy ones on a log scale above it
-    ax.set_yscale("symlog", linthresh=max(min([v for v in losses if v > 1e-12] + [_ok(bound) and bound or 1e-3]) / 10,
-                                          1e-9))
+    loss_axis(ax, [p["loss"] for p in pts if _ok(p["loss"])], bound)
     _scatter(ax, pts, "measured", "loss")
-    if _ok(bound):
-        ax.axhline(bound, color="tab:red", ls="--", lw=1, label=f"accuracy bound {bound:g}")
     _save(plt, fig, ax, "measured latency (ms, median)", "accuracy loss (0 = lossless)",
           "verified plans: latency vs accuracy loss", folder / LOSS_PLOT)
     written.append(("Latency vs accuracy loss", LOSS_PLOT))
 
     both = [p for p in pts if _ok(p["predicted"]) and p["predicted"] > 0 and p["measured"] > 0]
     if both:
-        fig, ax = plt.subplots(figsize=(5, 4.4))
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
         lo = min(min(p["predicted"], p["measured"]) for p in both) / 1.5
         hi = max(max(p["predicted"], p["measured"]) for p in both) * 1.5
         ax.plot([lo, hi], [lo, hi], color="grey", lw=1, label="measured = predicted")
@@ -100,7 +117,7 @@ def _save(plt, fig, ax, xlabel: str, ylabel: str, title: str, path: Path) -> Non
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))     # beside the plot: no point hidden
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -12,7 +12,6 @@ The settings are validated once per run and the target's backend built once (`Ru
 of the run gets that."""
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,6 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import run_warnings
 from metainfer_core.backends import Backend, backend_for
 from metainfer_core.decide import decide_stage
 from metainfer_core.deploy import path_record
@@ -28,7 +26,7 @@ from metainfer_core.feedback import record_verified_runs
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profile_stage import profile_stage
 from metainfer_core.normalize.prepare import Prepared, prepare
-from metainfer_core.plan import RunFolder, build_plan
+from metainfer_core.plan import RunFolder, build_plan, read_plan, write_plan
 from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
@@ -126,14 +124,11 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
                           cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
                           chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
                           mlflow_run_id=mlflow_run_id, budget=budget)
-        for w in plan["warnings"]:
-            if w.startswith(run_warnings.PREFIXES):
-                _progress(f"WARNING: {w}")
         plan["calibration"] = calibration
         plan["execution_path"] = path_record(backend, chosen_model)
         if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
             plan["verify_remote"] = remote
-        folder.write_json("plan.json", plan)
+        write_plan(folder.staging, plan)
         folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder)))
     except BaseException:
         folder.discard()
@@ -144,4 +139,4 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
 def print_summary(plan_path: str) -> None:
     """The end-of-run summary on stdout (before the flow's `plan:` line)."""
     path = Path(plan_path)
-    print(summary_text(json.loads(path.read_text()), str(path.with_name("plan.md"))), flush=True)
+    print(summary_text(read_plan(path), str(path.with_name("plan.md"))), flush=True)

@@ -12,6 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
+from metainfer_core import run_warnings
 from metainfer_core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,8 @@ def summary_row(plan_path: str) -> dict:
             "actions": "+".join(a["kind"] for a in plan["actions"]) or "-",
             "default_ms": default, "chosen_ms": chosen,
             "speedup": default / chosen if default and chosen else None,
-            "accuracy_loss": plan["measured"].get("accuracy_loss"), "plan": plan_path}
+            "accuracy_loss": plan["measured"].get("accuracy_loss"), "plan": plan_path,
+            "warnings": [w for w in plan.get("warnings") or [] if w.startswith(run_warnings.PREFIXES)]}
 
 
 def plan_signature(plan_path: str) -> tuple:
@@ -84,4 +86,6 @@ def markdown_table(rows: list[dict], target: str, measurement: str) -> str:
     lines = [f"# adapt_many on {target}{note}", "", "| " + " | ".join(COLUMNS) + " |",
              "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    # what no stage logged while it ran (an adapt says these in its own end-of-run summary)
+    warned = [f"WARNING: {r['model']}: {w}" for r in rows for w in r.get("warnings") or []]
+    return "\n".join(lines + ([""] + warned if warned else [])) + "\n"

@@ -1,6 +1,7 @@
-"""MLflow: one run per adapt, in an experiment per (model, target), with params, metrics,
-the tags fingerprint_version / firmware / measurement, and the plan as artifacts (the models too
-with a tracking server; embedded, the registry points at the run folder's model.onnx)."""
+"""MLflow: one run per adapt, in one experiment per model (the target a tag and a param, so a
+model's runs on every target share one runs table), with params, metrics, the tags
+fingerprint_version / firmware / measurement, and the plan as artifacts (the models too with a
+tracking server; embedded, the registry points at the run folder's model.onnx)."""
 from __future__ import annotations
 
 import os
@@ -14,7 +15,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.plan import rewrite_json
+from metainfer_core.plan import write_plan
 from metainfer_core.plan_report import plan_name, speedup
 from metainfer_core.settings import Settings
 
@@ -65,9 +66,15 @@ def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
     if exp:
         return exp.experiment_id
     remote = s.tracking.mlflow_uri.startswith(("http://", "https://"))
-    return client.create_experiment(
-        name, artifact_location=None if remote else (Path(s.paths.artifacts) / "mlflow-artifacts").as_uri(),
-        tags=dict([EXPERIMENT_KIND]))
+    try:
+        return client.create_experiment(
+            name, artifact_location=None if remote else (Path(s.paths.artifacts) / "mlflow-artifacts").as_uri(),
+            tags=dict([EXPERIMENT_KIND]))
+    except MlflowException:     # another run (adapt_many, a fleet host) created it meanwhile
+        exp = client.get_experiment_by_name(name)
+        if exp is None:
+            raise
+        return exp.experiment_id
 
 
 # The chosen model and the default path: kept once. With embedded tracking they stay in the run
@@ -80,6 +87,15 @@ def _logs_models(s: Settings) -> bool:
 
 
 def experiment_name(s: Settings, model_name: str) -> str:
+    """One experiment per model: its runs on every target line up in one runs table (tag and
+    param `target` tell them apart). Runs stored before this, in `<experiment>/<model>@<target>`,
+    stay there untouched and readable; nothing reads runs by experiment but the dead-run sweep
+    (which also looks there) and the bench's alignment check (its runs are new): the registry, which
+    rollback, feedback and re-profiling use, is keyed by `<model>.<target>` and points at runs by id."""
+    return f"{s.tracking.experiment}/{model_name}"
+
+
+def _legacy_experiment_name(s: Settings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}@{s.target.name}"
 
 
@@ -104,10 +120,10 @@ def _gone(process: str) -> bool:
     return _started(int(pid)) != started
 
 
-def fail_dead_runs(client: MlflowClient, exp_id: str, by: str) -> list[str]:
-    """Mark FAILED the runs of the experiment left RUNNING by a process of this host that has
+def fail_dead_runs(client: MlflowClient, exp_ids: list[str], by: str) -> list[str]:
+    """Mark FAILED the runs of the experiments left RUNNING by a process of this host that has
     gone (SIGKILL, out of memory, power loss): nothing else would end them."""
-    dead = [r for r in client.search_runs([exp_id], "attributes.status = 'RUNNING'", max_results=1000)
+    dead = [r for r in client.search_runs(exp_ids, "attributes.status = 'RUNNING'", max_results=1000)
             if r.data.tags.get("process") and _gone(r.data.tags["process"])]
     for r in dead:
         client.set_tag(r.info.run_id, "error", f"its process ({r.data.tags['process']}) ended without ending the run "
@@ -118,12 +134,13 @@ def fail_dead_runs(client: MlflowClient, exp_id: str, by: str) -> list[str]:
 
 def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     client = _client(s)
-    name = experiment_name(s, model_name)
-    exp_id = _experiment_id(client, s, name)
+    exp_id = _experiment_id(client, s, experiment_name(s, model_name))
+    # tag `target` (and param `target.name`): the runs table's column that tells the model's targets apart
     run = client.create_run(exp_id, run_name=run_name, tags={"model": model_name, "target": s.target.name,
                                                              "measurement": s.target.measurement,
                                                              "process": _process()})
-    fail_dead_runs(client, exp_id, run.info.run_id)
+    legacy = client.get_experiment_by_name(_legacy_experiment_name(s, model_name))
+    fail_dead_runs(client, [exp_id] + ([legacy.experiment_id] if legacy else []), run.info.run_id)
     params = _params({k: v for k, v in _flatten({k: v for k, v in raw.items() if k not in NOT_ADAPT}).items()
                       if not k.startswith("target.spec.")})
     params += _params({f"target.spec.{k}": v for k, v in s.target.spec.items()})
@@ -148,7 +165,7 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
 
 
 def _log_outcome(client: MlflowClient, s: Settings, run_id: str, plan: dict, folder: Path) -> None:
-    rewrite_json(folder / "plan.json", plan)
+    write_plan(folder, plan)
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
             RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"]),

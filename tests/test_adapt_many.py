@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.many_tasks import plan_signature
+from tasks.many_tasks import markdown_table, plan_signature
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,3 +54,11 @@ def test_no_models_is_a_clear_error(run_flow, tmp_path):
 def test_unknown_task_runner_is_a_clear_error(run_flow, tmp_path):
     res = run_flow("adapt_many", "target=fpga", "models=[mlp]", "task_runner.kind=ray", f"paths.artifacts={tmp_path}")
     assert res.returncode == 2 and "task_runner.kind" in res.stderr
+
+
+def test_the_table_ends_with_the_warnings_no_stage_logged():
+    row = {"model": "mlp", "decision": "adapted", "actions": "int8", "default_ms": 1.0, "chosen_ms": 0.5, "speedup": 2.0,
+           "accuracy_loss": 1e-4, "plan": "p", "warnings": ["predictor: off by more than 2x on 1 of 3 plans"]}
+    table = markdown_table([row, dict(row, model="vit_tiny", warnings=[])], "fpga", "modeled")
+    assert table.rstrip().splitlines()[-1] == "WARNING: mlp: predictor: off by more than 2x on 1 of 3 plans"
+    assert "vit_tiny:" not in table.split("| vit_tiny |")[1]

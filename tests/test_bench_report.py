@@ -121,7 +121,7 @@ def results():
                            "drift": {"seconds": 1.0, "checks": 9, "remeasured": 100, "carried": 200,
                                      "drifted": ["Conv"]}}],
             "mlflow": {"uri": "sqlite:///artifacts/bench/store/mlflow.db",
-                       "experiments": [{"name": "meta-infer/resnet_tiny@cpu", "runs": 2, "params": 90, "metrics": 30,
+                       "experiments": [{"name": "meta-infer/resnet_tiny", "target": "cpu", "runs": 2, "params": 90, "metrics": 30,
                                         "differs": []}]},
             "plots": ["pareto.png"]}
 
@@ -289,7 +289,34 @@ def test_pareto_front_keeps_only_undominated_points():
 
 def test_plots_are_written_as_png(tmp_path):
     r = results()
-    files = [plots.pareto(r["models"], tmp_path), plots.predicted_vs_measured(r["models"], tmp_path),
+    panels = plots.pareto(r["models"], tmp_path)
+    assert [f.name for f in panels] == ["pareto_resnet_tiny.png", "pareto_mlp.png"]      # one per model that ran
+    files = [*panels, plots.predicted_vs_measured(r["models"], tmp_path),
              plots.search_time(r["models"], r["search_scaling"], tmp_path)]
     for f in files:
         assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 5000
+
+
+def test_pareto_points_name_the_plans_and_mark_the_chosen_one():
+    resnet, mlp = results()["models"][:2]
+    pts = plots._points(resnet)
+    assert [(p["label"], p["role"]) for p in pts] == [("default", "default"), ("#1 int8", "chosen"),
+                                                      ("#2 fp16", "candidate")]
+    assert pts[0]["loss"] == 1e-16            # drawn as it is: the loss axis puts it at its 0
+    assert {p["role"] for p in plots._points(mlp)} == {"default", "candidate"}          # rolled back: none chosen
+    verdicts = dict(resnet, candidates=[dict(c, verdict="eligible, not chosen") for c in resnet["candidates"]])
+    assert "chosen" not in {p["role"] for p in plots._points(verdicts)}       # the verdict, when kept, decides
+
+
+def test_loss_axis_labels_zero_and_draws_the_bound():
+    import matplotlib.pyplot as plt
+    from metainfer_core.plan_plots import loss_axis
+
+    fig, ax = plt.subplots()
+    loss_axis(ax, [1e-16, 2e-4, 3e-6], 0.01)
+    fig.canvas.draw()
+    labels = {tick.get_text() for tick in ax.get_yticklabels()}
+    assert {"0", "1e-6", "1e-2"} <= labels and not any("1e-9" in x or "1e-16" in x for x in labels)
+    assert [line.get_ydata()[0] for line in ax.get_lines()] == [0.01]         # the bound
+    assert ax.get_ylim()[0] < 0 < 1e-6 < ax.get_ylim()[1]
+    plt.close(fig)

@@ -69,6 +69,16 @@ def test_design_card_command_on_fpga(run_flow, tmp_path):
     runs = {name: json.loads(tags) for name, tags in db.execute("select name, tags from flow_run")}
     assert runs == {res.plan_path.parent.name: ["model:resnet_tiny", "target:fpga"]}
     assert db.execute("select key, type from artifact").fetchall() == [("plan-resnet-tiny-fpga", "markdown")]
+    # the same model on a second target: its run joins the model's one experiment, told apart by the tag
+    other = run_flow("adapt", "target=asic", "search=quick", "profile.reps=3", "profile.warmup=0",
+                     "profile.batch_gradient=[1]", "verify.runs=3", f"paths.artifacts={tmp_path}")
+    assert other.returncode == 0, other.stderr
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    runs = {r.data.tags["target"]: r for r in client.search_runs(
+        [client.get_experiment_by_name("meta-infer/resnet_tiny").experiment_id])}
+    assert set(runs) == {"fpga", "asic"} and runs["asic"].data.params["target.name"] == "asic"
+    assert runs["fpga"].info.run_id == plan["mlflow_run_id"] and runs["asic"].info.run_id == other.plan["mlflow_run_id"]
+    assert {e.name for e in client.search_experiments()} == {"Default", "meta-infer/resnet_tiny"}
 
 
 def _check_readable(res, plan: dict) -> None:

@@ -4,8 +4,10 @@ about (metainfer_core.run_warnings). The adapt flow's own output is checked end 
 test_flow_adapt.py."""
 from __future__ import annotations
 
+import json
+
 from metainfer_core.actions import ACTIONS
-from metainfer_core.plan import silent_problems
+from metainfer_core.plan import read_plan, silent_problems, write_plan
 from metainfer_core.plan_plots import write_plots
 from metainfer_core.plan_report import action_name, action_words, plan_markdown, plan_name, summary_text
 from metainfer_core.run_warnings import default_memory, predictor_error
@@ -132,3 +134,20 @@ def test_plots_of_a_plan(tmp_path):
     assert all((tmp_path / f).read_bytes().startswith(b"\x89PNG") for _, f in written)
     md = plan_markdown(ROLLED_BACK, written)
     assert "![Latency vs accuracy loss](latency_vs_loss.png)" in md
+
+
+def test_plan_json_keeps_the_per_node_lists_in_its_side_file(tmp_path):
+    host = [{"kernel": "Cast", "nodes": [f"x{i}|to_fp16"], "reason": "op Cast is not in the device op set"}
+            for i in range(5)]
+    plan = {**ROLLED_BACK, "actions": [_step("fp16")],
+            "candidates": [{**c, "binding": {"device": 3, "host": host}} for c in ROLLED_BACK["candidates"]]}
+    write_plan(tmp_path, plan)
+    text = (tmp_path / "plan.json").read_text()
+    stored = json.loads(text)
+    assert stored["node_lists"] == "plan_nodes.json" and (tmp_path / "plan_nodes.json").is_file()
+    assert "Conv_3" not in text.split('"candidates"')[1] and "to_fp16" not in text       # only in the side file
+    assert stored["candidates"][1]["actions"][1]["n_nodes"] == 7 and stored["candidates"][0]["binding"] == {
+        "device": 3, "host_kernels": 5}
+    assert stored["actions"] == plan["actions"] and '"nodes": ["Conv_0", "Conv_1", ' in text     # on one line
+    assert read_plan(tmp_path) == plan and read_plan(tmp_path / "plan.json") == plan
+    assert plan_markdown(stored) == plan_markdown(plan)          # plan.md reads the same from either

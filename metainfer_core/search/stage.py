@@ -75,10 +75,13 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                              {"expected_search_s": expected_search_s, "possible_saving_s": saving_s})
 
     def tick(level: int, frontier: int, best: float, beam: int) -> None:
+        spent = time.perf_counter() - t0
+        # each level expands a beam of the same width: the levels left cost about what these did
+        left = min(spent / level * (s.search.depth - level), max(0.0, budget_s - spent)) if level else 0.0
         progress(f"search: depth {level}/{s.search.depth}, beam {beam}/{s.search.beam_width}, {frontier} new "
                  f"candidates within the bounds, best score {f'{best:.4f}' if best == best else 'none yet'} "
                  f"(default {default.score:.4f}), "
-                 f"{time.perf_counter() - t0:.1f}s")
+                 f"{spent:.1f}s, ~{eta(left)} left")
 
     progress(f"search: up to {eta(budget_s)} (" + ("its share of budget.total_s" if budget_s < s.search.time_budget_s
                                                 else "search.time_budget_s") + ")")
