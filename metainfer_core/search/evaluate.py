@@ -19,7 +19,7 @@ from metainfer_core.actions import ActionContext
 from metainfer_core.actions.base import infos_of, kernels_of
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.directives import DOUBLE_BUFFER_KEY
+from metainfer_core.directives import double_buffered
 from metainfer_core.kernels import Kernel, bind, crossings
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
@@ -74,7 +74,7 @@ class Evaluator:
         c.binding = {"device": on_device.count(True),
                      "host": [{"kernel": k.op_type, "nodes": k.node_names[:4], "reason": r}
                               for k, r in zip(kernels, reasons) if r is not None]}
-        double = self.modeled and any(p.key == DOUBLE_BUFFER_KEY and p.value == "1" for p in m.metadata_props)
+        double = self.modeled and double_buffered(m)
         latency = parent.graph_latency_ms if parent is not None else graph_ms(self.cost_model, kernels, infos)
         c.graph_latency_ms = latency
         staging = 0
