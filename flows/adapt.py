@@ -20,7 +20,7 @@ from prefect import flow  # noqa: E402
 from tasks.adapt_tasks import (Run, normalize_task, print_summary, profile_task, rollback_task,  # noqa: E402
                                search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
-from tasks.cli import run_cli  # noqa: E402
+from tasks.cli import run_cli, stop_signal  # noqa: E402
 from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 
@@ -55,7 +55,7 @@ def adapt_flow(raw: dict) -> str:
             staged.discard()
             raise
     except BaseException as exc:
-        fail_run(s, run_id, f"{type(exc).__name__}: {exc}", killed=not isinstance(exc, Exception))
+        fail_run(s, run_id, f"{type(exc).__name__}: {exc}", killed=not isinstance(exc, Exception) or stop_signal() is not None)
         raise
     publish_report(folder, model_name, s.target.name)
     return str(folder / "plan.json")

@@ -23,6 +23,15 @@ class Terminated(BaseException):
     end the process on the spot: no MLflow run ended, the temporary server left behind)."""
 
 
+_received: list[int] = []      # the stop signals this process got, so that a library that wraps the
+# exception a handler raised (into one of its own Exceptions) still ends the run as stopped
+
+
+def stop_signal() -> str | None:
+    """SIGINT or SIGTERM when one has reached this process, else None."""
+    return signal.Signals(_received[0]).name if _received else None
+
+
 def _unwinding() -> None:
     # the run is ending its MLflow run and stopping its server (seconds): a second Ctrl-C (people
     # press it twice) would cut that short and leave both behind; SIGKILL still ends it at once
@@ -30,22 +39,33 @@ def _unwinding() -> None:
 
 
 def _raise_terminated(signum, _frame):
+    _received.append(signum)
     _unwinding()
     raise Terminated(signum)
 
 
 def _raise_interrupt(signum, _frame):
+    _received.append(signum)
     _unwinding()
     raise KeyboardInterrupt
 
 
 def _stopped(exc: BaseException) -> str | None:
-    """The signal that ended the run, by name, when `exc` is how an interrupt surfaces."""
+    """The signal that ended the run, by name, when `exc` is how an interrupt surfaces (or
+    whatever a library raised instead once one had arrived)."""
+    if stop_signal():
+        return stop_signal()
     if isinstance(exc, KeyboardInterrupt):
         return "SIGINT"
     if isinstance(exc, Terminated) or getattr(exc, "signal", None) == signal.SIGTERM:   # Prefect's TerminationSignal
         return "SIGTERM"
     return None
+
+
+def _say_stopped(name: str) -> int:
+    print(f"error: stopped by {name}; nothing was kept for this run (an MLflow run it had started is marked "
+          "KILLED).", file=sys.stderr)
+    return 130 if name == "SIGINT" else 143
 
 
 def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
@@ -81,6 +101,8 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence for the user
         if debug:
             raise
+        if stop_signal():
+            return _say_stopped(stop_signal())
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"error: the run failed inside the pipeline ({type(exc).__name__}: {msg}). Nothing was written for "
               "this run. Run again with debug=true to see the traceback.", file=sys.stderr)
@@ -89,9 +111,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
         name = _stopped(exc)
         if name is None:
             raise
-        print(f"error: stopped by {name}; nothing was kept for this run (an MLflow run it had started is marked "
-              "KILLED).", file=sys.stderr)
-        return 130 if name == "SIGINT" else 143
+        return _say_stopped(name)
     finally:
         signal.signal(signal.SIGTERM, previous[0])
         signal.signal(signal.SIGINT, previous[1])

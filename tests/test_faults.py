@@ -145,7 +145,7 @@ def test_signals_at_stage_boundaries(first_use, tmp_path):
                               tmp_path / "sigterm.log", "] train:", signal.SIGTERM)
         for future, name, code, folder in ((sigterm, "SIGTERM", 143, killed), (sigint, "SIGINT", 130, interrupted)):
             rc, seconds, servers = future.result()
-            assert rc == code and seconds < 15, (name, rc, seconds)
+            assert rc == code and seconds < 15, (name, rc, seconds, (tmp_path / f"{name.lower()}.log").read_text()[-3000:])
             assert f"stopped by {name}" in _one_error_line((tmp_path / f"{name.lower()}.log").read_text())
             assert len(servers) == 1 and not _alive(servers[0]), name
             assert _no_run_folder(folder), name
