@@ -143,7 +143,7 @@ class ProfileSettings(_Strict):
 
 
 class BudgetSettings(_Strict):
-    total_s: float = Field(default=240.0, gt=0)
+    total_s: float = Field(default=160.0, gt=0)
     shares: dict[str, float] = Field(default_factory=lambda: {"normalize": 0.05, "profile": 0.3, "train": 0.05,
                                                               "search": 0.3, "verify": 0.25, "rollback": 0.05})
 

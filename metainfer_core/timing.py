@@ -9,7 +9,10 @@ cold one (weights and activations evicted from the caches) and costs 1.1-6x a ba
 on resnet_tiny and 1.40x on mlp where back to back it is 1.39x and 6.1x, and an fp16 copy
 looked 1.8x faster than the fp32 graph where back to back both take 0.37 ms; they also
 disagree with warm micro-benchmarks. Inference serving runs back to back, so a latency here
-is a warm one. A modeled target has no caches: it gets no settle runs (settle_runs)."""
+is a warm one. A modeled target has no caches: it gets no settle runs (settle_runs). Nor does a
+graph whose run takes longer than SETTLE_BELOW_MS: what a cold run adds is the caches' refill, a
+fraction of a millisecond to a few, lost in the noise of a long run (a 0.5 s U-Net and its 70 ms
+OpenVINO plan time alike with 0 or 2 settle runs), while settle runs would triple its timing."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -19,9 +22,10 @@ import numpy as np
 from metainfer_core.backends.base import Backend, Compiled
 
 SETTLE = 2      # untimed runs before each timed one (a third run is within ~4 % of back to back)
-REPS_BUDGET_MS = 250     # a micro-benchmark's timed runs aim at about this much in all...
+SETTLE_BELOW_MS = 50.0      # ...for graphs that run faster than this
+REPS_BUDGET_MS = 120     # a micro-benchmark's timed runs aim at about this much in all...
 MIN_REPS = 7             # ...but never fewer runs than this (the median and p10/p90 need a few)
-WARMUP_BUDGET_MS = 100
+WARMUP_BUDGET_MS = 50
 
 
 def scaled_reps(reps: int, warmup: int, run_ms: float) -> tuple[int, int]:
@@ -36,17 +40,23 @@ def settle_runs(backend: Backend) -> int:
     return SETTLE if backend.info.measurement == "measured" else 0
 
 
+def runs_per_sample(run_ms: float, settle: int = SETTLE) -> int:
+    """Runs one timed sample of a graph that takes `run_ms` costs in interleaved(): its settle
+    runs, if it gets them, and the timed one."""
+    return 1 + (settle if run_ms < SETTLE_BELOW_MS else 0)
+
+
 def interleaved(compiled: Sequence[Compiled | None], feeds: Sequence[dict[str, np.ndarray]], rounds: int,
                 settle: int) -> list[list[float]]:
     """Timed samples (ms) per graph, one per round; a None graph gets none. Round r starts at
-    the r-th live graph."""
+    the r-th live graph. A graph's settle runs stop once its timed run takes SETTLE_BELOW_MS."""
     live = [i for i, c in enumerate(compiled) if c is not None]
     samples: list[list[float]] = [[] for _ in compiled]
     for r in range(rounds):
         k = r % len(live) if live else 0
         for i in live[k:] + live[:k]:
             c, f = compiled[i], feeds[i]
-            for _ in range(settle):
+            for _ in range(runs_per_sample(samples[i][-1] if samples[i] else 0.0, settle) - 1):
                 c.time_once(f)
             samples[i].append(c.time_once(f))
     return samples

@@ -280,3 +280,22 @@ def test_double_buffered_weight_streaming_is_predicted_as_the_device_runs_it(mod
     predicted = ev.measure(Candidate(plan)).latency_ms
     simulated = npu.compile(plan).base_us / 1e3
     assert predicted == pytest.approx(simulated, rel=0.1)
+
+
+def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
+    """The explorers: one per kind the top lacks, until the plans' predicted latencies (each
+    timed run with its settle runs) fill one verify round's allowance; a slow default does
+    not count (it is verified anyway)."""
+    from metainfer_core.actions import Site
+    from metainfer_core.search.beam import SearchResult, _explorers
+    from metainfer_core.timing import runs_per_sample
+
+    model = build("mlp")
+    kinds = {kind: Candidate(model, (Step(kind, Site((), "all"), ()),), latency_ms=ms, score=score)
+             for kind, ms, score in (("fp16", 60.0, 0.5), ("int8", 70.0, 0.4), ("int8_dynamic", 1.0, 0.6))}
+    best_of_kind = {(k,): c for k, c in kinds.items()}
+    pick = lambda round_ms: [c.steps[0].kind for c in _explorers(best_of_kind, [], None, 5, round_ms,   # noqa: E731
+                                                                   SearchResult(default=None, top=[]))]
+    assert pick(float("inf")) == ["int8", "fp16", "int8_dynamic"]      # best score first
+    assert pick(100.0) == ["int8", "int8_dynamic"]                      # fp16 (60 ms) no longer fits beside int8
+    assert pick(runs_per_sample(1.0) * 1.0) == ["int8_dynamic"]

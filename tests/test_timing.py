@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from metainfer_core.backends import create_backend
-from metainfer_core.timing import SETTLE, interleaved, settle_runs
+from metainfer_core.timing import SETTLE, SETTLE_BELOW_MS, interleaved, runs_per_sample, settle_runs
 from tasks.compose import CONF_DIR
 
 
@@ -29,6 +29,21 @@ def test_each_timed_run_follows_settle_runs_of_the_same_graph_and_rounds_rotate(
     assert all(f == {"x": 1} for n, f in log if n == "a") and all(f == {"x": 3} for n, f in log if n == "c")
     # the sample is the third run of each burst (the recorder returns the run's position)
     assert samples[0] == [3.0, 12.0, 15.0] and samples[2] == [6.0, 9.0, 18.0]
+
+
+class Slow(Recorder):
+    def time_once(self, feeds) -> float:
+        super().time_once(feeds)
+        return SETTLE_BELOW_MS * 2
+
+
+def test_a_long_graph_settles_only_before_its_first_sample():
+    log: list[tuple[str, dict]] = []
+    fast, slow = Recorder("fast", log), Slow("slow", log)
+    samples = interleaved([fast, slow], [{}, {}], rounds=3, settle=2)
+    names = [n for n, _ in log]
+    assert names.count("slow") == 3 + 2 and names.count("fast") == 3 * 3 and len(samples[1]) == 3
+    assert runs_per_sample(SETTLE_BELOW_MS * 2) == 1 and runs_per_sample(1.0) == 1 + SETTLE
 
 
 def _backend(name: str):

@@ -19,6 +19,7 @@ from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
+from metainfer_core.timing import runs_per_sample
 
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
@@ -55,11 +56,13 @@ def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionCo
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,
                 ctx: ActionContext, beam_width: int, depth: int, top_k: int, time_budget_s: float,
-                progress: Callable[..., None] | None = None, explore: int = 0) -> SearchResult:
+                progress: Callable[..., None] | None = None, explore: int = 0,
+                explore_round_ms: float = float("inf")) -> SearchResult:
     """explore: beyond the top_k, verify the best candidate of up to this many kinds (the lossy
     actions and execution path a plan uses) that the top lacks, even when the predictor ranks it
     below the default: a kind the predictor has barely seen (a new quantization mode, another
-    runtime) is measured rather than dismissed."""
+    runtime) is measured rather than dismissed. explore_round_ms: what the explored plans may
+    add to one verify round, at their predicted latencies (a slow model verifies fewer)."""
     t0 = time.perf_counter()
     clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
     per_action: dict[str, float] = {}
@@ -120,6 +123,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             best_of_kind[sig] = cand
         return cand
 
+    tried = 0       # expansions considered, with their lookahead
     for level in range(1, depth + 1):
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
@@ -128,9 +132,13 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             todo = in_budget_order(expansions(state, space, ctx, result))
             clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
-                if time.perf_counter() - t0 > time_budget_s:
+                spent = time.perf_counter() - t0
+                # stop before an expansion that would likely end past the budget (on a large model one
+                # is seconds: its paths timed), not after it
+                if spent + spent / (tried + 1) > time_budget_s:
                     result.stopped_by_budget = True
                     break
+                tried += 1
                 cand = consider(state, action, params, site, frontier, stepping)
                 if cand is not None and lookahead and action.lossy:
                     # a precision whose form pays on another path only (OpenVINO's int8) is scored
@@ -158,7 +166,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         if result.stopped_by_budget:
             break
     result.top = _exact_top(pool, default, evaluator, top_k, result)
-    result.top += _explorers(best_of_kind, result.top, evaluator, explore, result)
+    result.top += _explorers(best_of_kind, result.top, evaluator, explore, explore_round_ms, result)
     result.search_s = time.perf_counter() - t0
     result.timings = {k: round(v, 4) for k, v in {**clock, **evaluator.timings, "total_s": result.search_s}.items()}
     if evaluator.sensitivity is not None:
@@ -203,7 +211,7 @@ def _breadth(kind: tuple) -> int:
 
 
 def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
-               result: SearchResult) -> list[Candidate]:
+               round_ms: float, result: SearchResult) -> list[Candidate]:
     have = {kind_of(c) for c in top}
     out: list[Candidate] = []
     # single kinds first (one precision or one path alone says most about what the predictor missed)
@@ -211,6 +219,9 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
         if len(out) == explore:
             break
         if kind_of(c) in have or any(c is t for t in top):
+            continue
+        cost_ms = c.latency_ms * runs_per_sample(c.latency_ms) if c.latency_ms == c.latency_ms else 0.0
+        if cost_ms > round_ms:
             continue
         if not c.accuracy_exact:
             try:
@@ -222,6 +233,7 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
                 continue
         have.add(kind_of(c))
         out.append(c)
+        round_ms -= cost_ms
     return out
 
 

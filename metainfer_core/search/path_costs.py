@@ -22,7 +22,7 @@ from metainfer_core.accuracy import LossFn
 from metainfer_core.actions.base import has_op
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.timing import interleaved, settle_runs
+from metainfer_core.timing import interleaved, runs_per_sample, settle_runs
 
 ROUNDS = 5
 BUDGET_MS = 3000       # timing one (path, graph class) aims at about this much
@@ -111,7 +111,7 @@ class PathCosts:
             added = self.loss_fn(self.reference, [bound.run(f) for f in self.feeds]) - plain_loss
             settle = settle_runs(self.backend)
             # a slow graph gets fewer rounds: a ranking needs the ratio to ~10 %, not verify's precision
-            rounds = max(2, min(self.rounds, int(BUDGET_MS / max(run_ms * 2 * (settle + 1), 1e-3))))
+            rounds = max(2, min(self.rounds, int(BUDGET_MS / max(run_ms * 2 * runs_per_sample(run_ms, settle), 1e-3))))
             base, there = interleaved([plain, bound], [self.feeds[0]] * 2, rounds, settle)
         except Exception as exc:  # noqa: BLE001 - a path that cannot run this graph prunes its candidates only
             spent = time.perf_counter() - t0

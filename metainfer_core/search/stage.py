@@ -20,7 +20,6 @@ from metainfer_core.search.evaluate import Evaluator
 from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.search.score import Weights
 from metainfer_core.settings import Settings
-from metainfer_core.timing import SETTLE
 
 Progress = Callable[[str], None]
 
@@ -86,7 +85,8 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     progress(f"search: up to {eta(budget_s)} (" + ("its share of budget.total_s" if budget_s < s.search.time_budget_s
                                                 else "search.time_budget_s") + ")")
     result = beam_search(prepared.model, s.action_space.domains(), evaluator, ctx, s.search.beam_width, s.search.depth,
-                         s.search.top_k, budget_s, tick, explore=explore_count(s, default))
+                         s.search.top_k, budget_s, tick, explore=s.search.explore,
+                         explore_round_ms=EXPLORE_VERIFY_S * 1e3 / max(s.verify.runs, 1))
     best = result.top[0] if result.top else None
     progress(f"search: {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
              f"{len(result.top)} better than default, {result.search_s:.1f}s "
@@ -102,12 +102,6 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
 
 
 EXPLORE_VERIFY_S = 15.0     # what verifying the explored plans may add, at most (predicted)
-
-
-def explore_count(s: Settings, default: Candidate) -> int:
-    """search.explore, fewer where verifying that many more plans would take long."""
-    per_plan_s = s.verify.runs * (1 + SETTLE) * max(default.latency_ms, 1e-6) / 1e3   # each timed run after its settle runs
-    return max(0, min(s.search.explore, int(EXPLORE_VERIFY_S / per_plan_s)))
 
 
 def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts | None:

@@ -19,7 +19,7 @@ from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
-from metainfer_core.timing import SETTLE
+from metainfer_core.timing import runs_per_sample
 from metainfer_core.verify.measure import Verified, verify
 
 Progress = Callable[[str], None]
@@ -77,7 +77,7 @@ def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, 
     after each plan's accuracy runs on the validation inputs and its warm-up, would overrun the
     verify allowance (predicted latencies)."""
     ms = [c.latency_ms for c in [default, default, *plans] if c is not None and c.latency_ms == c.latency_ms]
-    per_round_s = sum(ms) * (1 + SETTLE) / 1e3
+    per_round_s = sum(m * runs_per_sample(m) for m in ms) / 1e3
     fixed_s = sum(ms) * (s.verify.warmup + n_feeds) / 1e3
     runs = s.verify.runs
     if allowance_s is not None and per_round_s > 0:
