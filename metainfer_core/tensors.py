@@ -193,7 +193,7 @@ def random_integers(rng: np.random.Generator, shape, dtype: np.dtype, span: IntR
     low, high = (span.low, span.high) if span is not None else DEFAULT_INT_RANGE
     info = np.iinfo(dtype)
     low, high = max(low, int(info.min)), min(high, int(info.max) + 1)
-    return rng.integers(low, max(high, low + 1), size=shape, dtype=dtype)
+    return rng.integers(low, max(high, low + 1), size=shape).astype(dtype)
 
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
@@ -205,9 +205,7 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
     ranges = integer_input_ranges(model) if any(i.dtype.kind in "iu" for i in spec.values()) else {}
     for name, info in spec.items():
         if info.dtype.kind == "f":
-            # drawn in float32 (in float64 and cast, a large activation's draw costs more than its kernel's timing)
-            single = np.float64 if info.dtype == np.float64 else np.float32
-            feeds[name] = rng.standard_normal(info.shape, dtype=single).astype(info.dtype, copy=False)
+            feeds[name] = rng.standard_normal(info.shape).astype(info.dtype)
         elif info.dtype.kind in "iu":
             feeds[name] = random_integers(rng, info.shape, info.dtype, ranges.get(name))
         elif info.dtype.kind == "b":
