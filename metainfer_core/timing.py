@@ -15,6 +15,7 @@ fraction of a millisecond to a few, lost in the noise of a long run (a 0.5 s U-N
 OpenVINO plan time alike with 0 or 2 settle runs), while settle runs would triple its timing."""
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -47,12 +48,17 @@ def runs_per_sample(run_ms: float, settle: int = SETTLE) -> int:
 
 
 def interleaved(compiled: Sequence[Compiled | None], feeds: Sequence[dict[str, np.ndarray]], rounds: int,
-                settle: int) -> list[list[float]]:
+                settle: int, deadline: float | None = None, min_rounds: int = 1) -> list[list[float]]:
     """Timed samples (ms) per graph, one per round; a None graph gets none. Round r starts at
-    the r-th live graph. A graph's settle runs stop once its timed run takes SETTLE_BELOW_MS."""
+    the r-th live graph. A graph's settle runs stop once its timed run takes SETTLE_BELOW_MS.
+    deadline (time.perf_counter()): no round is begun that would likely end past it, once
+    min_rounds are done."""
     live = [i for i, c in enumerate(compiled) if c is not None]
     samples: list[list[float]] = [[] for _ in compiled]
+    t_start = time.perf_counter()
     for r in range(rounds):
+        if deadline is not None and r >= min_rounds and time.perf_counter() + (time.perf_counter() - t_start) / max(r, 1) > deadline:
+            break
         k = r % len(live) if live else 0
         for i in live[k:] + live[:k]:
             c, f = compiled[i], feeds[i]

@@ -88,7 +88,8 @@ def remote_measure(s: Settings, raw: dict, record: dict):
     lib = FingerprintLibrary(s.tracking.fingerprint_db)
     local_version = backend_for(s).info.fingerprint_version
 
-    def measure(backend, models, feeds, reference, runs, warmup, loss_fn) -> list[Verified]:
+    def measure(backend, models, feeds, reference, runs, warmup, loss_fn, time_left_s=None) -> list[Verified]:
+        # time_left_s is not sent: the target's host times the planned rounds (its queue wait is not ours to cut)
         request_id = mailbox.put_request(lib, s.target.name, models, feeds, runs, warmup)
         try:
             _progress(f"verify: waiting for {deployment_name(s.target.name)} on work pool "

@@ -68,3 +68,21 @@ def test_micro_benchmark_repetitions_scale_with_the_kernels_duration():
                          {"intra_op_threads": 1, "memory_limit_bytes": 1 << 33})
     assert cpu.benchmark(matmul(16, 16, 16), reps=30, warmup=2).reps == 30
     assert cpu.benchmark(matmul(1024, 1024, 1024), reps=30, warmup=2).reps < 30     # ~10 ms a run here
+
+
+def test_a_deadline_ends_the_rounds_but_never_before_min_rounds():
+    import time
+
+    class Sleeper(Recorder):
+        def time_once(self, feeds) -> float:
+            time.sleep(0.005)
+            return super().time_once(feeds)
+
+    log: list[tuple[str, dict]] = []
+    graphs = [Sleeper("a", log), Sleeper("b", log)]
+    past = interleaved(graphs, [{}, {}], rounds=50, settle=0, deadline=time.perf_counter() - 1, min_rounds=3)
+    assert [len(x) for x in past] == [3, 3]
+    t0 = time.perf_counter()
+    soon = interleaved(graphs, [{}, {}], rounds=50, settle=0, deadline=t0 + 0.1, min_rounds=3)
+    assert 3 <= len(soon[0]) < 50 and time.perf_counter() - t0 < 0.1 + 0.05
+    assert [len(x) for x in interleaved(graphs, [{}, {}], rounds=4, settle=0)] == [4, 4]

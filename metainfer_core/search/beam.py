@@ -123,7 +123,16 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             best_of_kind[sig] = cand
         return cand
 
-    tried = 0       # expansions considered, with their lookahead
+    tried = [0]     # expansions considered
+
+    def out_of_time() -> bool:
+        """Whether the next expansion would likely end past the budget (on a large model one costs
+        seconds: its execution paths timed): the search stops before it, not after it."""
+        spent = time.perf_counter() - t0
+        result.stopped_by_budget = spent + spent / (tried[0] + 1) > time_budget_s
+        tried[0] += 1
+        return result.stopped_by_budget
+
     for level in range(1, depth + 1):
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
@@ -132,13 +141,8 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             todo = in_budget_order(expansions(state, space, ctx, result))
             clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
-                spent = time.perf_counter() - t0
-                # stop before an expansion that would likely end past the budget (on a large model one
-                # is seconds: its paths timed), not after it
-                if spent + spent / (tried + 1) > time_budget_s:
-                    result.stopped_by_budget = True
+                if out_of_time():
                     break
-                tried += 1
                 cand = consider(state, action, params, site, frontier, stepping)
                 if cand is not None and lookahead and action.lossy:
                     # a precision whose form pays on another path only (OpenVINO's int8) is scored
@@ -146,6 +150,8 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
                     # The bound plans join the pool; the graph stays in the beam at their rank.
                     # (Lossless rewrites keep the plain order: their gains mostly carry across.)
                     for a2, p2, s2 in expansions(cand, lookahead, ctx, result):
+                        if out_of_time():
+                            break
                         child = consider(cand, a2, p2, s2, frontier, stepping)
                         if child is not None:
                             ahead_of[id(child)] = None

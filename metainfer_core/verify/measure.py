@@ -5,6 +5,7 @@ back-to-back inference does). Also peak memory and accuracy loss against the fp3
 computed from the outputs the target itself produced."""
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -12,7 +13,9 @@ import onnx
 
 from metainfer_core.accuracy import LossFn, plan_loss
 from metainfer_core.backends.base import Backend, Compiled
-from metainfer_core.timing import interleaved, settle_runs
+from metainfer_core.timing import interleaved, scaled_reps, settle_runs
+
+MIN_ROUNDS = 7     # the median and p90 of fewer timed runs say little
 
 
 @dataclass
@@ -37,17 +40,26 @@ class Verified:
 
 
 def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[dict[str, np.ndarray]],
-           reference: list[list[np.ndarray]], runs: int, warmup: int, loss_fn: LossFn = plan_loss) -> list[Verified]:
+           reference: list[list[np.ndarray]], runs: int, warmup: int, loss_fn: LossFn = plan_loss,
+           time_left_s: float | None = None) -> list[Verified]:
+    """time_left_s: fewer timed rounds than `runs` (never fewer than MIN_ROUNDS) where more would
+    end past this many seconds from now."""
+    deadline = time.perf_counter() + time_left_s if time_left_s is not None else None
     results = [Verified(label) for label, _ in models]
     compiled: list[Compiled | None] = []
+    warmups: list[int] = []
     for (label, model), res in zip(models, results):
         try:
             c = backend.compile(model)
             res.compile_s = c.compile_s
+            t_run = time.perf_counter()
             outputs = [c.run(f) for f in feeds]
+            run_ms = (time.perf_counter() - t_run) * 1e3 / max(len(feeds), 1)
             res.accuracy_loss = loss_fn(reference, outputs)
             res.peak_mem_bytes = c.peak_memory(feeds[0])
-            for _ in range(warmup):
+            warm = scaled_reps(1, warmup, run_ms)[1]      # a long graph's accuracy runs warmed it
+            warmups.append(max(1, warm))
+            for _ in range(warm):
                 c.time_once(feeds[0])
             compiled.append(c)
         except Exception as exc:  # noqa: BLE001 - a candidate that fails to run is rejected, not fatal
@@ -57,11 +69,11 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
     # sessions created later run a few % faster on ONNX Runtime (measured: an A/A copy of the
     # default, created after it, ~3 % faster), so the default is also compiled last and its
     # two sessions' times are averaged per round
-    late = _late_twin(backend, models[0][1], feeds, warmup) if len(live) > 1 and compiled[0] is not None else None
+    late = _late_twin(backend, models[0][1], feeds, warmups[0]) if len(live) > 1 and compiled[0] is not None else None
     if late is not None:
         live.append((late, Verified("default (late)")))
     for (_, res), xs in zip(live, interleaved([c for c, _ in live], [feeds[0]] * len(live), runs,
-                                              settle_runs(backend))):
+                                              settle_runs(backend), deadline, min(runs, MIN_ROUNDS))):
         res.samples_ms = xs
     if late is not None:
         early, twin = results[0].samples_ms, live[-1][1].samples_ms

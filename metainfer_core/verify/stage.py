@@ -20,7 +20,7 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
 from metainfer_core.timing import runs_per_sample
-from metainfer_core.verify.measure import Verified, verify
+from metainfer_core.verify.measure import MIN_ROUNDS, Verified, verify
 
 Progress = Callable[[str], None]
 
@@ -67,8 +67,6 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     return top + extra, repairs
 
 
-MIN_VERIFY_RUNS = 7     # the median and p90 of fewer timed runs say little
-
 
 def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, n_feeds: int,
                 allowance_s: float | None) -> tuple[int, float]:
@@ -81,7 +79,7 @@ def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, 
     fixed_s = sum(ms) * (s.verify.warmup + n_feeds) / 1e3
     runs = s.verify.runs
     if allowance_s is not None and per_round_s > 0:
-        runs = int(max(MIN_VERIFY_RUNS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
+        runs = int(max(MIN_ROUNDS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
     return runs, fixed_s + runs * per_round_s
 
 
@@ -100,8 +98,9 @@ def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: Sea
              f"{runs} interleaved runs each, ~{eta(expected_s)} plus compiles"
              + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
                 else ""))
+    left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
     results = measure(backend, models, prepared.feeds, prepared.reference, runs, s.verify.warmup,
-                      prepared.loss_fn)
+                      prepared.loss_fn, time_left_s=left)
     by_label = {v.label: v for v in results}
     for r in repairs:       # what pinning cost: the repaired plan against the plan it came from
         fixed, orig = by_label.get(r["repaired_as"]), by_label.get(r["candidate"])
