@@ -67,7 +67,6 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     return top + extra, repairs
 
 
-
 def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, n_feeds: int,
                 allowance_s: float | None) -> tuple[int, float]:
     """(timed rounds, predicted seconds): verify.runs, fewer where timing that many rounds of
