@@ -57,7 +57,8 @@ def interleaved(compiled: Sequence[Compiled | None], feeds: Sequence[dict[str, n
     samples: list[list[float]] = [[] for _ in compiled]
     t_start = time.perf_counter()
     for r in range(rounds):
-        if deadline is not None and r >= min_rounds and time.perf_counter() + (time.perf_counter() - t_start) / max(r, 1) > deadline:
+        now = time.perf_counter()
+        if deadline is not None and r >= min_rounds and now + (now - t_start) / max(r, 1) > deadline:
             break
         k = r % len(live) if live else 0
         for i in live[k:] + live[:k]:

@@ -53,13 +53,11 @@ def _raise_interrupt(signum, _frame):
 def _stopped(exc: BaseException) -> str | None:
     """The signal that ended the run, by name, when `exc` is how an interrupt surfaces (or
     whatever a library raised instead once one had arrived)."""
-    if stop_signal():
-        return stop_signal()
     if isinstance(exc, KeyboardInterrupt):
-        return "SIGINT"
+        return stop_signal() or "SIGINT"
     if isinstance(exc, Terminated) or getattr(exc, "signal", None) == signal.SIGTERM:   # Prefect's TerminationSignal
-        return "SIGTERM"
-    return None
+        return stop_signal() or "SIGTERM"
+    return stop_signal()
 
 
 def _say_stopped(name: str) -> int:
@@ -101,8 +99,8 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence for the user
         if debug:
             raise
-        if stop_signal():
-            return _say_stopped(stop_signal())
+        if _stopped(exc):
+            return _say_stopped(_stopped(exc))
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"error: the run failed inside the pipeline ({type(exc).__name__}: {msg}). Nothing was written for "
               "this run. Run again with debug=true to see the traceback.", file=sys.stderr)

@@ -84,5 +84,5 @@ def test_a_deadline_ends_the_rounds_but_never_before_min_rounds():
     assert [len(x) for x in past] == [3, 3]
     t0 = time.perf_counter()
     soon = interleaved(graphs, [{}, {}], rounds=50, settle=0, deadline=t0 + 0.1, min_rounds=3)
-    assert 3 <= len(soon[0]) < 50 and time.perf_counter() - t0 < 0.1 + 0.05
+    assert 3 <= len(soon[0]) < 50 and time.perf_counter() - t0 < 0.1 + 0.3     # 50 rounds: 0.5 s; slack for a loaded CI
     assert [len(x) for x in interleaved(graphs, [{}, {}], rounds=4, settle=0)] == [4, 4]

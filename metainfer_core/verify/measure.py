@@ -47,7 +47,7 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
     deadline = time.perf_counter() + time_left_s if time_left_s is not None else None
     results = [Verified(label) for label, _ in models]
     compiled: list[Compiled | None] = []
-    warmups: list[int] = []
+    twin_warmup = 1         # the default's late twin: as many warm-up runs as the default, at least one
     for (label, model), res in zip(models, results):
         try:
             c = backend.compile(model)
@@ -58,7 +58,8 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
             res.accuracy_loss = loss_fn(reference, outputs)
             res.peak_mem_bytes = c.peak_memory(feeds[0])
             warm = scaled_reps(1, warmup, run_ms)[1]      # a long graph's accuracy runs warmed it
-            warmups.append(max(1, warm))
+            if res is results[0]:
+                twin_warmup = max(1, warm)
             for _ in range(warm):
                 c.time_once(feeds[0])
             compiled.append(c)
@@ -69,7 +70,7 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
     # sessions created later run a few % faster on ONNX Runtime (measured: an A/A copy of the
     # default, created after it, ~3 % faster), so the default is also compiled last and its
     # two sessions' times are averaged per round
-    late = _late_twin(backend, models[0][1], feeds, warmups[0]) if len(live) > 1 and compiled[0] is not None else None
+    late = _late_twin(backend, models[0][1], feeds, twin_warmup) if len(live) > 1 and compiled[0] is not None else None
     if late is not None:
         live.append((late, Verified("default (late)")))
     for (_, res), xs in zip(live, interleaved([c for c, _ in live], [feeds[0]] * len(live), runs,
