@@ -25,6 +25,7 @@ import onnx
 
 from metainfer_core.kernels import group_kernels
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
+from metainfer_core.plan_report import bytes_vs_budget
 from metainfer_core.search.score import Weights, memory_base
 from metainfer_core.tensors import tensor_infos
 from metainfer_core.verify.measure import Verified
@@ -61,14 +62,19 @@ class Decision:
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
-           objective: Weights | None = None, changes: list[int] | None = None) -> Decision:
-    """`changes`: how many actions each candidate applies (the change penalty's count)."""
+           objective: Weights | None = None, changes: list[int] | None = None, memory_budget: int = 0) -> Decision:
+    """`changes`: how many actions each candidate applies (the change penalty's count);
+    `memory_budget`: what a model may hold on the target (0: the limit), the memory term's yardstick
+    with the objective's floor (search.score.memory_base)."""
     if not baseline.ok:
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
     changes = changes or [0] * len(candidates)
     default_fits = baseline.peak_mem_bytes <= memory_limit
-    base_mem = memory_base(baseline.peak_mem_bytes, memory_limit)   # the search's yardstick
+    budget = memory_budget or memory_limit
+    base_mem = memory_base(baseline.peak_mem_bytes, memory_limit, budget,
+                           objective.memory_floor if objective else 0.0)   # the search's yardstick
     rejected, eligible = {}, {}          # rejected: label -> why not; eligible: index -> (score, why it pays)
+    terms = {}                           # index -> the score's terms (why one eligible plan lost to another)
     for i, c in enumerate(candidates):
         if not c.ok:
             rejected[c.label] = f"failed to run ({c.error})"
@@ -81,32 +87,32 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
             continue
         median, low, high = ratio_bounds(baseline.samples_ms, c.samples_ms)
         mem_ratio = c.peak_mem_bytes / base_mem
+        saved = 1 - c.peak_mem_bytes / max(baseline.peak_mem_bytes, 1)
         faster = high < 1 - MIN_GAIN
-        saves_memory = (objective is not None and objective.memory > 0 and mem_ratio <= 1 - MIN_MEM_GAIN
+        saves_memory = (objective is not None and objective.memory > 0 and saved >= MIN_MEM_GAIN
                         and low <= 1 + MIN_GAIN)
         if not (faster or saves_memory or not default_fits):
             rejected[c.label] = (f"{c.latency_ms:.4g} ms is not faster than the default "
                                  f"{baseline.latency_ms:.4g} ms beyond noise (paired ratio {median:.3f}, 95% bound "
-                                 f"{high:.3f})" + (f" and saves {1 - mem_ratio:.0%} memory" if mem_ratio < 1 else ""))
+                                 f"{high:.3f})" + (f" and saves {saved:.0%} memory" if saved > 0 else ""))
             continue
         why = ("the default does not fit the device memory" if not default_fits else
                f"{baseline.latency_ms / c.latency_ms:.2f}x" if faster else
-               f"{1 - mem_ratio:.0%} less peak memory ({c.peak_mem_bytes} vs {baseline.peak_mem_bytes} B) "
+               f"{saved:.0%} less peak memory ({c.peak_mem_bytes} vs {baseline.peak_mem_bytes} B) "
                f"at latency ratio {median:.3f}")
         if objective is None:
             eligible[i] = (c.latency_ms, why)
             continue
-        score = objective.score(median, mem_ratio, c.accuracy_loss, changes[i])
-        default_score = objective.score(1.0, 1.0, 0.0, 0)
+        terms[i] = objective.terms(median, mem_ratio, c.accuracy_loss, changes[i])
+        score = sum(terms[i].values())
+        default_score = objective.score(1.0, baseline.peak_mem_bytes / base_mem, 0.0, 0)
         if score >= default_score and default_fits:
             rejected[c.label] = (f"pays ({why}) but scores {score:.3f}, not better than the default's "
-                                 f"{default_score:.3f} under the weights")
+                                 f"{default_score:.3f} under the weights"
+                                 + _memory_note(c.peak_mem_bytes - baseline.peak_mem_bytes, budget))
             continue
         eligible[i] = (score, why)
     verdicts = dict(rejected)
-    weighted = objective is not None
-    verdicts |= {candidates[i].label: f"eligible, not chosen ({why}" + (f", score {sc:.3f})" if weighted else ")")
-                 for i, (sc, why) in eligible.items()}
     if not eligible:
         return Decision("rolled_back", "; ".join(f"{k} {v}" for k, v in rejected.items()) or "no candidate to verify",
                         None, verdicts)
@@ -118,12 +124,33 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         note = (f"; chosen over {candidates[best].label} ({changes[best]} actions, score {eligible[best][0]:.3f}), "
                 f"which is not faster beyond noise with {changes[best] - changes[simpler]} more action(s)")
         best = simpler
+    chosen_score = eligible[best][0]
+    for i, (sc, why) in eligible.items():
+        if i == best:
+            continue
+        lost = ("" if objective is None else
+                f", score {sc:.3f}: not faster beyond noise than the chosen plan, with more actions" if simpler is not None
+                and sc < chosen_score else f", score {sc:.3f} vs {chosen_score:.3f}: {_what_lost(terms[i], terms[best])}")
+        verdicts[candidates[i].label] = (f"eligible, not chosen ({why}{lost}"
+                                         + _memory_note(candidates[i].peak_mem_bytes - baseline.peak_mem_bytes, budget)
+                                         + ")")
     c = candidates[best]
-    verdicts[c.label] = verdicts[c.label].replace("eligible, not chosen", "chosen", 1)
     scored = f", score {eligible[best][0]:.3f}" if objective is not None else ""
+    verdicts[c.label] = f"chosen ({eligible[best][1]}{scored})"
     return Decision("adapted", f"{c.label} verified at {c.latency_ms:.4g} ms vs default {baseline.latency_ms:.4g} ms "
                                f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}{note}", best,
                     verdicts)
+
+
+def _memory_note(extra_bytes: int, budget: int) -> str:
+    """What a plan adds to the default's peak, and its share of the target's memory budget."""
+    return f"; memory {bytes_vs_budget(extra_bytes, budget)}" if extra_bytes > 0 else ""
+
+
+def _what_lost(mine: dict[str, float], chosen: dict[str, float]) -> str:
+    """The score terms in which a plan trails the chosen one, largest first."""
+    worse = sorted(((mine[k] - chosen[k], k) for k in mine if mine[k] - chosen[k] > 5e-4), reverse=True)
+    return ", ".join(f"{k} +{d:.3f}" for d, k in worse) or "ties"
 
 
 def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int, int], objective: Weights | None
@@ -162,7 +189,7 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
                                        "this device", None), None
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
-               Weights.of(s.weights), [c.changes for c in verified.plans])
+               Weights.of(s.weights), [c.changes for c in verified.plans], backend.info.memory_budget)
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
 
 

@@ -158,6 +158,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                   "symbolic_dims": prepared.normalized.symbolic_dims},
         "target": {"name": info.name, "measurement": measurement, "firmware": info.firmware, "driver": info.driver,
                    "runtime": info.runtime, "memory_limit_bytes": info.memory_limit_bytes,
+                   "memory_budget_bytes": info.memory_budget,
                    "note": "latencies are simulated by the target's spec model" if measurement == "modeled"
                    else "latencies are measured on this machine"},
         "fingerprint_version": info.fingerprint_version,

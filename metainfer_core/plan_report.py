@@ -217,17 +217,32 @@ def _md_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]
             *["| " + " | ".join(map(esc, r)) + " |" for r in rows]]
 
 
+def bytes_vs_budget(extra: int, budget: int | None) -> str:
+    """Bytes a plan adds to (or saves on) the default's peak, and their share of the target's
+    memory budget (what the score prices memory against)."""
+    share = f" ({extra / budget:+.2%} of {human_bytes(budget)})" if _ok(budget) and budget > 0 else ""
+    return f"{'+' if extra >= 0 else '-'}{human_bytes(abs(extra))}{share}"
+
+
+def memory_added(plan: dict, peak: Any) -> str:
+    base = (plan.get("baseline") or {}).get("peak_mem_bytes")
+    if not (_ok(peak) and _ok(base)):
+        return "-"
+    return bytes_vs_budget(peak - base, (plan.get("target") or {}).get("memory_budget_bytes"))
+
+
 def _candidate_rows(plan: dict) -> list[tuple[str, ...]]:
     b = plan.get("baseline") or {}
     rows = [("default", "default (unchanged)", _ms(b.get("predicted_latency_ms")), _ms(b.get("latency_ms")),
-             human_bytes(b.get("predicted_peak_mem_bytes")), human_bytes(b.get("peak_mem_bytes")),
+             human_bytes(b.get("predicted_peak_mem_bytes")), human_bytes(b.get("peak_mem_bytes")), "",
              _loss(b.get("accuracy_loss")), "the baseline every plan is timed against")]
     for c in plan.get("candidates") or []:
         m = c.get("measured") or {}
         verdict = c.get("verdict") or (f"failed: {c['error']}" if c.get("error") else "-")
         rows.append((c.get("label", "?"), plan_name(c.get("actions") or []), _ms(c.get("predicted_latency_ms")),
                      _ms(m.get("latency_ms")), human_bytes(c.get("predicted_peak_mem_bytes")),
-                     human_bytes(m.get("peak_mem_bytes")), _loss(m.get("accuracy_loss")), verdict))
+                     human_bytes(m.get("peak_mem_bytes")), memory_added(plan, m.get("peak_mem_bytes")),
+                     _loss(m.get("accuracy_loss")), verdict))
     return rows
 
 
@@ -252,7 +267,7 @@ def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
     out += ["## Candidates verified", "",
             "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs).", ""]
     out += _md_table(("plan", "actions", "predicted ms", "measured ms", "predicted memory", "measured memory",
-                      "accuracy loss", "verdict"), _candidate_rows(plan))
+                      "memory vs default (share of the budget)", "accuracy loss", "verdict"), _candidate_rows(plan))
     for title, file in plots:
         out += ["", f"![{title}]({file})"]
     out += ["", "## Warnings", ""] + ([f"- {w}" for w in plan.get("warnings") or []] or ["None."])

@@ -74,6 +74,7 @@ class WeightSettings(_Strict):
     memory: float = Field(ge=0)
     accuracy: float = Field(ge=0)
     change_penalty: float = Field(ge=0)
+    memory_floor: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _not_all_zero(self) -> "WeightSettings":

@@ -100,3 +100,46 @@ def test_fewer_actions_win_when_the_gain_is_within_noise():
     plain = v("bf16", 5.2, loss=0.009, jitter=0.05, seed=1)
     assert decide(v("default", 10.0, jitter=0.05), [v("int8+bf16", 5.1, loss=0.0066, jitter=0.05, seed=2), plain],
                   0.01, 10**6, objective=LATENCY, changes=[2, 1]).chosen == 0
+
+
+MiB, HOST = 2**20, 8 * 2**30
+BALANCED = Weights(latency=1.0, memory=0.3, accuracy=1.0, change_penalty=0.02, memory_floor=0.25)
+
+
+def test_a_runtimes_tens_of_mib_on_a_host_do_not_outweigh_a_faster_plan():
+    """Relative to the default's 22 MiB, OpenVINO's 60 MiB would cost 0.3 x 1.7 = 0.5 and throw
+    away a 1.7x plan; priced against a quarter of an 8 GiB host, it costs 0.01."""
+    base = v("default", 10.0, mem=int(22.3 * MiB))
+    fat_fast, lean = v("openvino", 5.8, mem=int(59.9 * MiB), seed=1), v("int8", 8.0, mem=int(21 * MiB), seed=2)
+    d = decide(base, [fat_fast, lean], 0.01, HOST, objective=BALANCED, changes=[1, 1])
+    assert d.chosen == 0
+    assert "latency +0.2" in d.verdicts["int8"]                      # says where the slower plan lost
+    # charged relative to the default (the former pricing, memory_floor 0) the faster plan scores worse
+    # than the default itself, and the decision says what its memory is on this host
+    d = decide(base, [fat_fast, lean], 0.01, HOST, objective=Weights(1.0, 0.3, 1.0, 0.02), changes=[1, 1])
+    assert d.chosen == 1 and "+37.6 MiB (+0.46% of 8 GiB)" in d.verdicts["openvino"]
+
+
+def test_embedded_weights_still_buy_the_smaller_plan_on_a_host():
+    base = v("default", 10.0, mem=int(40 * MiB))
+    lean = v("lean", 10.0, mem=int(30 * MiB), seed=1)
+    embedded = Weights(0.6, 1.0, 1.0, 0.02, memory_floor=0.0)
+    assert decide(base, [lean], 0.01, HOST, objective=embedded, changes=[1]).decision == "adapted"
+    assert decide(base, [lean], 0.01, HOST, objective=BALANCED, changes=[1]).decision == "rolled_back"
+
+
+def test_on_a_device_the_model_fills_memory_counts_relative_to_the_default():
+    """An 8 MB budget (the asic's SRAM) a 6 MB default fills: the floor (2 MB) is below the
+    default, so the score is today's, and the leaner plan wins as before."""
+    base = v("default", 10.0, mem=6_000_000)
+    fast_fat, lean = v("fast_fat", 8.0, mem=6_000_000, seed=1), v("lean", 8.5, mem=1_800_000, seed=2)
+    d = decide(base, [fast_fat, lean], 0.01, 2**29, objective=BALANCED, changes=[1, 1], memory_budget=8 * 2**20)
+    assert d.chosen == 1
+
+
+def test_memory_base_prices_memory_by_the_target():
+    from metainfer_core.search.score import memory_base
+    assert memory_base(22 * MiB, HOST, HOST, 0.25) == 2 * 2**30          # a sliver of a host
+    assert memory_base(22 * MiB, HOST, HOST, 0.0) == 22 * MiB            # every byte relative to the default
+    assert memory_base(6_000_000, 2**29, 8 * 2**20, 0.25) == 6_000_000   # a device the model fills
+    assert memory_base(700_000, 98_304, 98_304, 0.25) == 98_304          # the default does not fit

@@ -36,7 +36,8 @@ def _step(kind: str, **params) -> dict:
 
 ROLLED_BACK = {
     "model": {"name": "net", "source": "file:net.onnx", "sha256": "0" * 64},
-    "target": {"name": "cpu", "measurement": "measured", "firmware": "x86", "driver": "-", "runtime": "ort"},
+    "target": {"name": "cpu", "measurement": "measured", "firmware": "x86", "driver": "-", "runtime": "ort",
+               "memory_budget_bytes": 2**30},
     "decision": "rolled_back", "accuracy_bound": 0.01, "actions": [],
     "reason": "candidate1 loses 0.2 accuracy (bound 0.01); candidate2 pays (1.10x) but scores 0.95",
     "predicted": {"latency_ms": 2.0, "peak_mem_bytes": 3 * 2**20, "accuracy_loss": 0.0},
@@ -70,7 +71,8 @@ def test_markdown_of_a_rolled_back_plan():
     assert md.startswith("# net on cpu (measured): rolled_back")
     assert "Nothing: the model runs as the default plan" in md
     rows = [ln for ln in md.splitlines() if ln.startswith("| candidate")]
-    assert rows[0].startswith("| candidate1 | int8 u8s8 | 1 | 1.2 | - | 1 MiB | 0.2 | loses 0.2 accuracy")
+    # the memory each plan adds (here: saves), as a share of the target's memory budget
+    assert rows[0].startswith("| candidate1 | int8 u8s8 | 1 | 1.2 | - | 1 MiB | -2 MiB (-0.20% of 1 GiB) | 0.2 | loses 0.2")
     assert rows[1].endswith("| failed: RuntimeError: no kernel |")
     assert "- predictor: off by more than 2x" in md and "| profile | 3.00 | 70 |" in md
 

@@ -26,6 +26,13 @@ class TargetInfo:
     static_shapes: bool
     max_fusion_depth: int               # 1: the device launches every node on its own
     extra: dict[str, Any] = field(default_factory=dict)
+    # what a model may hold on the target, the yardstick that prices peak memory in the score
+    # (search.score.memory_base); 0: the memory limit
+    memory_budget_bytes: int = 0
+
+    @property
+    def memory_budget(self) -> int:
+        return self.memory_budget_bytes or self.memory_limit_bytes
 
     @property
     def fingerprint_version(self) -> str:

@@ -95,6 +95,7 @@ class OrtBackend(Backend):
             driver=f"providers={','.join(self.providers)};threads={s.get('intra_op_threads', 0)};"
                    f"opt={s.get('graph_optimization_level', 'ORT_ENABLE_ALL')}",
             runtime=f"onnxruntime-{ort.__version__}", memory_limit_bytes=int(s["memory_limit_bytes"]),
+            memory_budget_bytes=int(s.get("memory_budget_bytes") or 0),
             supported_ops=None, dtypes=tuple(s.get("dtypes", ["float32"])),
             quantization=tuple(s.get("quantization", [])), preferred_layout=s.get("preferred_layout", "NCHW"),
             static_shapes=bool(s.get("static_shapes", False)), max_fusion_depth=1)

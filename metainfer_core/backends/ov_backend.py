@@ -137,6 +137,7 @@ class OpenVinoBackend(Backend):
             driver=f"plugin=CPU;caps={caps};threads={s.get('intra_op_threads', 1)};precision={self.precision};"
                    f"hint={s.get('performance_hint', 'LATENCY')}",
             runtime=f"openvino-{ov.__version__.split('-')[0]}", memory_limit_bytes=int(s["memory_limit_bytes"]),
+            memory_budget_bytes=int(s.get("memory_budget_bytes") or 0),
             supported_ops=None, dtypes=tuple(s.get("dtypes", ["float32"])),
             quantization=tuple(s.get("quantization", [])), preferred_layout=s.get("preferred_layout", "NCHW"),
             static_shapes=False, max_fusion_depth=1, extra={"execution_path": f"openvino:{self.precision}"})

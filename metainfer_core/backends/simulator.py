@@ -190,6 +190,8 @@ class SimulatedBackend(Backend):
             # the cost model's version: a library's records measured under another one are not reused
             runtime=f"meta-infer-simulator-3 (numerics: onnxruntime-{ort.__version__} CPU)",
             memory_limit_bytes=int(s["memory_limit_bytes"]),
+            # on an accelerator a plan competes for its on-chip memory (beyond it, traffic goes off chip)
+            memory_budget_bytes=int(s.get("memory_budget_bytes") or min(s["sram_bytes"], s["memory_limit_bytes"])),
             supported_ops=tuple(s["supported_ops"]) if s.get("supported_ops") is not None else None,
             dtypes=tuple(s["peak_gflops"]), quantization=tuple(s.get("quantization", [])),
             preferred_layout=s.get("preferred_layout", "NCHW"), static_shapes=bool(s.get("static_shapes", False)),

@@ -41,6 +41,7 @@ class SimulatedSpec(_Spec):
     dram_gbps: Positive
     weight_gbps: Positive | None = None
     memory_limit_bytes: PositiveInt
+    memory_budget_bytes: PositiveInt | None = None   # default: the on-chip memory (sram), within the limit
     weights_streamed: bool = False
     memory_strategy: Literal["none", "greedy", "first_fit"] = "greedy"
     launch_overhead_us: Annotated[float, Field(ge=0)]
@@ -74,6 +75,7 @@ class HostSpec(_Spec):
     """conf/target/cpu.yaml (metainfer_core.backends.host); other keys are the runtime's own."""
     model_config = ConfigDict(extra="allow")
     memory_limit_bytes: PositiveInt
+    memory_budget_bytes: PositiveInt | None = None   # default: the memory limit
     intra_op_threads: PositiveInt | None = None
     dtypes: list[Dtype] = Field(default_factory=lambda: ["float32"])
     quantization: list[Literal["QDQ", "dynamic"]] = Field(default_factory=list)

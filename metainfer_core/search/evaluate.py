@@ -140,7 +140,8 @@ class Evaluator:
                                        self.loss_fn)
         self.measure(default)
         self.base_latency = default.latency_ms
-        self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)
+        self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,
+                                    self.target.memory_budget, self.weights.memory_floor)
         self.finish(default)
 
     def finish(self, c: Candidate) -> Candidate:

@@ -1,8 +1,8 @@
 """The objective, one for the search (predicted costs) and the decision (measured ones):
 score = w1*latency_rel + w2*peak_mem_rel + w3*accuracy_loss + penalty*changes (lower is better).
-Latency and memory are relative to the default plan (memory to the device's limit instead when
-the default exceeds it: `memory_base`), so weights are unitless. Hard constraints are separate:
-they prune a candidate instead of penalising it."""
+Latency is relative to the default plan; peak memory to what memory costs on the target
+(`memory_base`), so weights are unitless. Hard constraints are separate: they prune a candidate
+instead of penalising it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,24 +14,35 @@ class Weights:
     memory: float
     accuracy: float
     change_penalty: float = 0.0
+    memory_floor: float = 0.0     # share of the target's memory budget (see memory_base)
 
     @classmethod
     def of(cls, w) -> "Weights":
         """From the configuration's weights (metainfer_core.settings.WeightSettings)."""
-        return cls(w.latency, w.memory, w.accuracy, w.change_penalty)
+        return cls(w.latency, w.memory, w.accuracy, w.change_penalty, w.memory_floor)
+
+    def terms(self, latency_ratio: float, memory_ratio: float, accuracy_loss: float, changes: int) -> dict[str, float]:
+        """The score's terms, named (a decision says in which one a plan lost)."""
+        return {"latency": self.latency * latency_ratio, "memory": self.memory * memory_ratio,
+                "accuracy": self.accuracy * accuracy_loss, "actions": self.change_penalty * changes}
 
     def score(self, latency_ratio: float, memory_ratio: float, accuracy_loss: float, changes: int) -> float:
-        """Latency and peak memory as ratios to the default plan's."""
-        return (self.latency * latency_ratio + self.memory * memory_ratio + self.accuracy * accuracy_loss
-                + self.change_penalty * changes)
+        """Latency as a ratio to the default plan's, peak memory to `memory_base`."""
+        return sum(self.terms(latency_ratio, memory_ratio, accuracy_loss, changes).values())
 
 
-def memory_base(default_peak_mem: int, memory_limit: int) -> int:
-    """What peak memory is relative to: the default plan's peak, or the device's limit when the
-    default exceeds it. A default that cannot run is no yardstick: relative to its peak (on a
-    device that streams weights, one unsplit layer's weights) every plan that fits would look
-    alike, and a real saving among them would weigh less than one change."""
-    return max(1, min(default_peak_mem, memory_limit) if memory_limit > 0 else default_peak_mem)
+def memory_base(default_peak_mem: int, memory_limit: int, memory_budget: int = 0, floor: float = 0.0) -> int:
+    """What peak memory is relative to: the default plan's peak, but never less than `floor` x the
+    target's memory budget (what a model may hold there), and the device's limit when the default
+    exceeds it. The floor prices memory by what it costs on the target: on a host with GiBs the
+    tens of MiB a runtime holds are a sliver of the budget and must not outweigh a faster plan,
+    while on a device the model fills (the default above the floor) every byte counts relative to
+    the default. A default that cannot run is no yardstick: relative to its peak (on a device that
+    streams weights, one unsplit layer's weights) every plan that fits would look alike, and a real
+    saving among them would weigh less than one change."""
+    if memory_limit > 0 and default_peak_mem > memory_limit:
+        return memory_limit
+    return max(1, default_peak_mem, int(floor * (memory_budget or memory_limit)))
 
 
 def violation(peak_mem: int, memory_limit: int, accuracy_loss: float, max_loss: float) -> str | None:

@@ -11,7 +11,7 @@ import pytest
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends import create_backend
-from metainfer_core.backends.ov_backend import OpenVinoBackend, OvCompiled
+from metainfer_core.backends.ov_backend import OpenVinoBackend, OvCompiled, device_precisions
 from metainfer_core.backends.paths import ExecutionPath, offered_paths
 from metainfer_core.directives import PATH_KEY
 from metainfer_core.tensors import random_feeds
@@ -33,10 +33,16 @@ def test_info_describes_the_plugin_and_gets_its_own_fingerprint_version(host):
     info = ov.info
     assert info.runtime.startswith("openvino-") and "plugin=CPU" in info.driver and "caps=" in info.driver
     assert "threads=1" in info.driver and "precision=f32" in info.driver
-    versions = {host.info.fingerprint_version, info.fingerprint_version,
-                host.path_backend(ExecutionPath("openvino", "bf16")).info.fingerprint_version}
-    assert len(versions) == 3           # each path (and precision) keeps its records apart
+    offered = [p for p in host.paths if p.runtime == "openvino"]
+    versions = {host.info.fingerprint_version} | {host.path_backend(p).info.fingerprint_version for p in offered}
+    assert info.fingerprint_version in versions
+    assert len(versions) == 1 + len(offered)      # each path (and precision) keeps its records apart
     assert host.info.extra["execution_paths"][0] == "onnxruntime"
+    # a precision this CPU has no datapath for (bf16 without AVX512_BF16/AMX) is not offered, and says so
+    missing = {"bf16", "f32"} - device_precisions()
+    for precision in missing:
+        with pytest.raises(ValueError, match="not offered"):
+            host.path_backend(ExecutionPath("openvino", precision))
 
 
 def test_f32_matches_onnx_runtime_and_bf16_stays_close(host):
@@ -44,6 +50,8 @@ def test_f32_matches_onnx_runtime_and_bf16_stays_close(host):
     feeds = [random_feeds(model, seed=i) for i in range(2)]
     reference = run_cpu(model, feeds)
     for precision, bound in (("f32", 1e-6), ("bf16", 1e-2)):
+        if precision not in device_precisions():      # decided by the CPU, not assumed
+            continue
         c = host.path_backend(ExecutionPath("openvino", precision)).compile(model)
         outputs = [c.run(f) for f in feeds]
         assert [o.shape for o in outputs[0]] == [r.shape for r in reference[0]]
