@@ -91,6 +91,7 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
                 last_line = body(s, raw)
             finally:
                 progress.say.close()        # a progress line being redrawn ends before anything else
+                progress.flush_run_logs()   # while the temporary Prefect server still runs
     except MetaInferError as exc:
         if debug:
             raise
