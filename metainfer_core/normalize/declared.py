@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import shape_inference
 
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.normalize.graph_utils import clone, iter_graphs
 from metainfer_core.normalize.shapes import observed_type, run_tensors, show_dims, symbolic_inputs
 
 RUNS = 2  # two seeds, so a data-dependent size is not taken for a static one
@@ -18,14 +18,16 @@ RUNS = 2  # two seeds, so a data-dependent size is not taken for a static one
 
 def reconcile_declared_shapes(model: onnx.ModelProto, seed: int = 0,
                               feeds: list[dict[str, np.ndarray]] | None = None) -> tuple[onnx.ModelProto, list[str]]:
-    """Replace every main-graph output or value_info whose declared type contradicts the computed
-    one (another rank, another static size, another dtype). Computed by non-strict inference from
-    the inputs alone (declarations removed); a declared tensor inference leaves without a shape
-    (or, with static inputs, without a size the declaration fixes) is checked against ONNX
-    Runtime runs on `feeds` (else seeded random inputs). A dim the computation leaves open keeps
-    its declared symbol or size. Returns the model and one warning per tensor replaced."""
-    g = model.graph
-    declared = [vi for vi in [*g.output, *g.value_info] if vi.type.HasField("tensor_type")]
+    """Replace every output or value_info (of the main graph and of If/Loop/Scan bodies) whose
+    declared type contradicts the computed one (another rank, another static size, another
+    dtype). Computed by non-strict inference from the inputs alone (declarations removed); a
+    main-graph tensor inference leaves without a shape (or, with static inputs, without a size
+    the declaration fixes) is checked against ONNX Runtime runs on `feeds` (else seeded random
+    inputs). A dim the computation leaves open keeps its declared symbol or size. Returns the
+    model and one warning per tensor replaced."""
+    declared = [(k, kind, entries, j, vi) for k, graph in enumerate(iter_graphs(model.graph))
+                for kind, entries in (("graph output", "output"), ("value_info", "value_info"))
+                for j, vi in enumerate(getattr(graph, entries)) if vi.type.HasField("tensor_type")]
     if not declared:
         return model, []
     computed = _inferred(model)
@@ -33,7 +35,7 @@ def reconcile_declared_shapes(model: onnx.ModelProto, seed: int = 0,
         return model, []  # strict inference later says what is wrong
     source = dict.fromkeys(computed, "the graph computes")
     static = all(isinstance(d, int) for dims in symbolic_inputs(model).values() for d in dims)
-    unverified = [vi.name for vi in declared if _unverified(vi.type, computed.get(vi.name), static)]
+    unverified = [vi.name for k, _, _, _, vi in declared if k == 0 and _unverified(vi.type, computed.get(vi.name), static)]
     if unverified:
         runs = run_tensors(model, unverified, seed, RUNS, feeds)
         for name in unverified:
@@ -41,16 +43,16 @@ def reconcile_declared_shapes(model: onnx.ModelProto, seed: int = 0,
             if observed is not None:
                 computed[name], source[name] = observed, "ONNX Runtime computes"
     out, warnings = None, []
-    for kind, entries in (("graph output", "output"), ("value_info", "value_info")):
-        for k, vi in enumerate(getattr(g, entries)):
-            want = computed.get(vi.name)
-            if not vi.type.HasField("tensor_type") or want is None or not _contradicts(vi.type, want):
-                continue
-            out = out or clone(model)
-            fixed = _merged(vi.type, want)
-            warnings.append(f"the declared {_type_text(vi.type)} of {kind} '{vi.name}' contradicts what "
-                            f"{source[vi.name]} ({_type_text(want)}): replaced by {_type_text(fixed)}")
-            getattr(out.graph, entries)[k].type.CopyFrom(fixed)
+    for k, kind, entries, j, vi in declared:
+        want = computed.get(vi.name)
+        if want is None or not _contradicts(vi.type, want):
+            continue
+        out = out or clone(model)
+        fixed = _merged(vi.type, want)
+        where = kind if k == 0 else f"{kind} of a subgraph"
+        warnings.append(f"the declared {_type_text(vi.type)} of {where} '{vi.name}' contradicts what "
+                        f"{source[vi.name]} ({_type_text(want)}): replaced by {_type_text(fixed)}")
+        getattr(list(iter_graphs(out.graph))[k], entries)[j].type.CopyFrom(fixed)
     return (out or model), warnings
 
 
@@ -74,17 +76,19 @@ def reconcile_with_run(model: onnx.ModelProto, outputs: list[dict[str, np.ndarra
 
 
 def _inferred(model: onnx.ModelProto) -> dict[str, onnx.TypeProto] | None:
-    """Main-graph tensor types non-strict inference computes with every declaration removed."""
+    """Tensor types (main graph and bodies) non-strict inference computes with every
+    declaration removed."""
     probe = clone(model)
-    del probe.graph.value_info[:]
-    for o in probe.graph.output:
-        if o.type.HasField("tensor_type"):
-            o.type.tensor_type.Clear()
+    for graph in iter_graphs(probe.graph):
+        del graph.value_info[:]
+        for o in graph.output:
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.Clear()
     try:
         inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - strict inference later reports what is wrong
         return None
-    return {vi.name: vi.type for vi in [*inferred.graph.value_info, *inferred.graph.output]
+    return {vi.name: vi.type for graph in iter_graphs(inferred.graph) for vi in [*graph.value_info, *graph.output]
             if vi.type.HasField("tensor_type")}
 
 

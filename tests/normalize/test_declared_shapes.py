@@ -149,3 +149,19 @@ def test_strict_inference_repairs_a_declaration_a_rewrite_exposed_and_still_refu
     broken.graph.input[0].CopyFrom(value("x", [24, 9]))  # MatMul [24, 9] x [8, 16]: not a stale declaration
     with pytest.raises(MetaInferError, match="Shape inference"):
         _strict_inference(broken, 0, None, [], [], 1)
+
+
+def test_a_stale_value_info_inside_an_if_branch_is_replaced():
+    # strict inference checks If/Loop bodies too: a body's stale declaration must not stop it
+    then_branch = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["tm"]), helper.make_node("Relu", ["tm"], ["t"])],
+                                    "then", [], [value("t", [4, 16])], value_info=[value("tm", [1, 4, 99])])
+    else_branch = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["em"]), helper.make_node("Neg", ["em"], ["e"])],
+                                    "else", [], [value("e", [4, 16])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)]
+    graph = helper.make_graph(nodes, "branches", [value("x", [4, 8])], [value("y", [4, 16])],
+                              [const("W", weights([8, 16])), const("zero", np.array(0, np.float32))])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    result = normalize(m)
+    assert len(result.warnings) == 1 and "subgraph 'tm'" in result.warnings[0] and "[4, 16]" in result.warnings[0]
