@@ -52,12 +52,14 @@ def _flow_run_logs(api_url: str, proc: subprocess.CompletedProcess) -> list[str]
     return [log.message for log in logs]
 
 
+@pytest.mark.slow
 def test_a_valid_tiny_model_with_valid_inputs_adapts(tiny_run):
     proc, _, _ = tiny_run
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1].startswith("plan: ")
 
 
+@pytest.mark.slow
 def test_a_generic_file_name_is_filed_under_one_distinctive_name_everywhere(tiny_run):
     from mlflow.tracking import MlflowClient
 
@@ -76,6 +78,7 @@ def test_a_generic_file_name_is_filed_under_one_distinctive_name_everywhere(tiny
     assert [m.name for m in client.search_registered_models()] == [f"{name}.cpu"]
 
 
+@pytest.mark.slow
 def test_stage_lines_and_the_summary_reach_the_flow_runs_log(tiny_run):
     proc, _, logs = tiny_run
     assert proc.returncode == 0, proc.stderr
