@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.subprocess_env import flow_env
+from subprocess_env import flow_env
 
 ROOT = Path(__file__).resolve().parent.parent
 

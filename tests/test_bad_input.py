@@ -18,7 +18,7 @@ from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.zoo import build
-from tests.subprocess_env import ROOT, flow_env
+from subprocess_env import ROOT, flow_env
 
 
 def _f(name, shape):

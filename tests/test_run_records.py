@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from metainfer_core.zoo import build
-from tests.subprocess_env import flow_env
+from subprocess_env import flow_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
