@@ -29,7 +29,8 @@ class ModelSettings(_Strict):
             if not self.path:
                 raise ValueError("model=file needs a path: add model.path=<file.onnx>")
             if not Path(self.path).is_file():
-                raise ValueError(f"model.path={self.path} does not exist or is not a file")
+                what = "is a directory" if Path(self.path).is_dir() else "does not exist"
+                raise ValueError(f"model.path={self.path} {what}; give the path of an .onnx file")
             self.name = self.name or default_model_name(self.path)
         else:
             from metainfer_core.zoo import names  # late: builders import onnx

@@ -109,7 +109,7 @@ M, S = "model", "samples"
 #          overrides ({model}, {samples}: the written files' paths), refused by, fragments the paragraph names)
 CASES = {
     "model path missing": ({}, ["model=file", "model.path={tmp}/absent.onnx"], "settings", ["absent.onnx", "does not exist"]),
-    "model path a directory": ({}, ["model=file", "model.path={tmp}"], "settings", ["is not a file"]),
+    "model path a directory": ({}, ["model=file", "model.path={tmp}"], "settings", ["is a directory", "an .onnx file"]),
     "model file empty": ({M: ("empty.onnx", _empty)}, ["model=file", "model.path={model}"], "normalize",
                          ["empty.onnx", "empty ONNX graph", "re-export"]),
     "model file truncated": ({M: ("trunc.onnx", _truncated)}, ["model=file", "model.path={model}"], "normalize",
