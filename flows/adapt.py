@@ -17,8 +17,8 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from tasks.adapt_tasks import (Run, normalize_task, print_summary, profile_task, rollback_task,  # noqa: E402
-                               search_task, timed, train_predictor_task, verify_task)
+from tasks.adapt_tasks import (Run, log_summary, normalize_task, print_summary, profile_task,  # noqa: E402
+                               rollback_task, search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli, stop_signal  # noqa: E402
 from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
@@ -58,6 +58,7 @@ def adapt_flow(raw: dict) -> str:
         fail_run(s, run_id, f"{type(exc).__name__}: {exc}", killed=not isinstance(exc, Exception) or stop_signal() is not None)
         raise
     publish_report(folder, model_name, s.target.name)
+    log_summary(str(folder / "plan.json"))
     return str(folder / "plan.json")
 
 

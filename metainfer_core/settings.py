@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from metainfer_core.budget import Budget
 from metainfer_core.errors import MetaInferError
+from metainfer_core.model_name import default_model_name
 
 
 class _Strict(BaseModel):
@@ -28,8 +29,9 @@ class ModelSettings(_Strict):
             if not self.path:
                 raise ValueError("model=file needs a path: add model.path=<file.onnx>")
             if not Path(self.path).is_file():
-                raise ValueError(f"model.path={self.path} does not exist or is not a file")
-            self.name = self.name or Path(self.path).stem
+                what = "is a directory" if Path(self.path).is_dir() else "does not exist"
+                raise ValueError(f"model.path={self.path} {what}; give the path of an .onnx file")
+            self.name = self.name or default_model_name(self.path)
         else:
             from metainfer_core.zoo import names  # late: builders import onnx
 
@@ -84,7 +86,7 @@ class WeightSettings(_Strict):
 
 
 class AccuracySettings(_Strict):
-    max_loss: float = Field(ge=0, le=1)
+    max_loss: float = Field(ge=0, le=1, allow_inf_nan=False)
     metric: str = "cosine"
 
     @field_validator("metric")

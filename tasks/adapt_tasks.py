@@ -34,7 +34,7 @@ from metainfer_core.predictor.lifecycle.train_stage import train_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
-from tasks.progress import say as _progress
+from tasks.progress import run_log, say as _progress
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,16 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
     return folder, plan
 
 
+def _summary(plan_path: str) -> str:
+    path = Path(plan_path)
+    return summary_text(read_plan(path), str(path.with_name("plan.md")))
+
+
 def print_summary(plan_path: str) -> None:
     """The end-of-run summary on stdout (before the flow's `plan:` line)."""
-    path = Path(plan_path)
-    print(summary_text(read_plan(path), str(path.with_name("plan.md"))), flush=True)
+    print(_summary(plan_path), flush=True)
+
+
+def log_summary(plan_path: str) -> None:
+    """The same summary in the flow run's log (the Prefect UI's run page)."""
+    run_log(_summary(plan_path))

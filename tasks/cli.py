@@ -91,6 +91,8 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
                 last_line = body(s, raw)
             finally:
                 progress.say.close()        # a progress line being redrawn ends before anything else
+                if stop_signal() is None:   # a stopped run ends within seconds, its log lines or not
+                    progress.flush_run_logs()   # while the temporary Prefect server still runs
     except MetaInferError as exc:
         if debug:
             raise

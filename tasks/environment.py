@@ -18,7 +18,8 @@ QUIET = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",                    # Prefect's client-side usage events (and its first-run notice)
     "PREFECT_LOGGING_LEVEL": "WARNING",
-    "PREFECT_LOGGING_TO_API_ENABLED": "false",
+    "PREFECT_LOGGING_TO_API_ENABLED": "true",             # the stage lines reach the UI's flow-run page (tasks/progress.py)
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",   # a log line outside a run stays on the terminal
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "GIT_PYTHON_REFRESH": "quiet",
     "MLFLOW_DISABLE_TELEMETRY": "true",     # else it writes ~/.config/mlflow/telemetry.json and sends usage events

@@ -3,12 +3,13 @@ tmp_path, and a runner for the command-line flows."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from subprocess_env import flow_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +45,7 @@ class FlowResult:
 def run_flow():
     """run_flow("adapt", "target=cpu", ...) runs `python flows/<name>.py` as a user would."""
     def run(name: str, *args: str, timeout: int = 600) -> FlowResult:
-        env = dict(os.environ)
+        env = flow_env()
         proc = subprocess.run([sys.executable, str(ROOT / "flows" / f"{name}.py"), *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout)
         return FlowResult(proc)

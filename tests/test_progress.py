@@ -43,3 +43,21 @@ def test_a_terminal_redraws_counted_progress_in_place():
     assert lines[3] == "[meta-infer] decision: adapted" and lines[4] == ""
     say.close()                                     # nothing open: writes nothing
     assert tty.getvalue().endswith("adapted\n")
+
+
+def test_the_run_log_gets_every_line_and_counted_progress_every_tenth(monkeypatch):
+    # what reaches Prefect's run log (read back through the Prefect client in test_run_records.py)
+    import logging
+
+    from tasks import progress
+
+    sent: list[tuple[str, int]] = []
+    monkeypatch.setattr(progress, "run_log", lambda msg, level=logging.INFO: sent.append((msg, level)))
+    say = progress.Progress(io.StringIO())
+    for i in range(1, 101):
+        say(f"profile: {i}/100 kernel measurements")
+    say("WARNING: budget: verify took 13 s")
+    counted = [m for m, _ in sent if m.startswith("profile:")]
+    assert counted[0] == "profile: 1/100 kernel measurements" and counted[-1] == "profile: 100/100 kernel measurements"
+    assert len(counted) == 11
+    assert sent[-1] == ("budget: verify took 13 s", logging.WARNING)

@@ -49,6 +49,13 @@ _SAVE = "numpy.savez(path, <input name>=<array of samples>, ...)"
 
 def _read(path: str) -> tuple[dict[str, np.ndarray], str | None]:
     try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as exc:
+        return {}, f"data.inputs={path} cannot be read ({exc}); give a readable .npz saved with {_SAVE}."
+    if not magic.startswith(b"PK") and magic != b"\x93NUMPY":   # neither a zip (.npz) nor an .npy
+        return {}, f"data.inputs={path} is not an .npz file (not a zip archive of arrays); save the samples with {_SAVE}."
+    try:
         loaded = np.load(path, allow_pickle=False)
     except Exception as exc:  # noqa: BLE001 - a zip/pickle/format error: say which file and what it must be
         return {}, f"data.inputs={path} cannot be read as an .npz ({exc}); save it with {_SAVE}."

@@ -36,11 +36,43 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
+        problem = _wiring_problem(model.graph)
         raise MetaInferError(
-            f"Model file '{path}' is not a valid ONNX model ({first_line(exc)}); "
+            f"Model file '{path}' is not a valid ONNX model ({problem or first_line(exc)}); "
             "it may be truncated or written by a broken exporter: re-export it."
         ) from None
     return model
+
+
+def _wiring_problem(graph: onnx.GraphProto) -> str | None:
+    """What the checker's "must be topologically sorted" means here: an input no node, graph
+    input or initializer produces (dangling), or nodes that feed each other (a cycle)."""
+    produced = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output if o}
+    for node in graph.node:
+        for name in node.input:
+            if name and name not in produced and name not in producer:
+                return (f"node '{node.name or node.op_type}' ({node.op_type}) reads tensor '{name}', which no node, "
+                        "graph input or initializer produces")
+    # Kahn's algorithm: the nodes never freed lie on (or behind) a cycle
+    waiting = {id(n): sum(1 for i in n.input if i in producer) for n in graph.node}
+    consumers: dict[str, list] = {}
+    for n in graph.node:
+        for i in n.input:
+            if i in producer:
+                consumers.setdefault(i, []).append(n)
+    ready = [n for n in graph.node if waiting[id(n)] == 0]
+    while ready:
+        for o in ready.pop().output:
+            for c in consumers.get(o, []):
+                waiting[id(c)] -= 1
+                if waiting[id(c)] == 0:
+                    ready.append(c)
+    stuck = [n.name or n.op_type for n in graph.node if waiting[id(n)] > 0]
+    if stuck:
+        return (f"nodes {stuck[:5]}{' ...' if len(stuck) > 5 else ''} never get their inputs: they lie on or behind a "
+                "cycle, each waiting for another's output")
+    return None
 
 
 def _load_weights(model: onnx.ModelProto, path: Path) -> None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from metainfer_core.errors import MetaInferError
+from metainfer_core.normalize.declared import reconcile_declared_shapes, reconcile_with_run
 from metainfer_core.normalize.equivalence import max_abs_errors
 from metainfer_core.normalize.graph_utils import Shape, topological_sort
 from metainfer_core.normalize.opset import default_opset, to_canonical_opset
@@ -29,8 +31,6 @@ from metainfer_core.normalize.shapes import (
     check_complete,
     fill_from_run,
     infer_shapes,
-    reconcile_declared_shapes,
-    reconcile_with_run,
     symbolic_inputs,
     unknown_negative_dims,
 )
@@ -83,11 +83,10 @@ def normalize(
     against the (bound) original: on `feeds` (the user's samples, data.inputs) when given, else
     on seeded random inputs (integers within what the graph allows)."""
     bound = bind_input_shapes(unknown_negative_dims(model), input_shapes)
-    bound, warnings = reconcile_declared_shapes(bound)
-    work, opset_from = to_canonical_opset(bound)
     log: list[dict] = []
-    if warnings:
-        log.append({"pass": "declared_shapes", "round": 0, "changes": len(warnings), "warnings": list(warnings)})
+    warnings: list[str] = []
+    bound = _reconciled(bound, seed, feeds, warnings, log, 0)
+    work, opset_from = to_canonical_opset(bound)
     reference = bound
     if opset_from < ORT_MIN_OPSET:
         # ONNX Runtime has no kernels for these opsets: the equivalence check compares against
@@ -97,7 +96,7 @@ def normalize(
                     "note": f"opset {opset_from} cannot run on ONNX Runtime; compared with its opset "
                             f"{default_opset(work)} conversion"})
     for round_no in range(1, max_rounds + 1):
-        work = infer_shapes(work)  # passes read ranks and static shapes from value_info
+        work = _strict_inference(work, seed, feeds, warnings, log, round_no)  # passes read value_info
         total = 0
         for name, run in NORMALIZE_PASSES:
             work, changes = run(work)
@@ -107,7 +106,7 @@ def normalize(
             break
     work, renamed = name_nodes.run(topological_sort(work))
     log.append({"pass": "name_nodes", "round": 0, "changes": renamed})
-    work = infer_shapes(work)
+    work = _strict_inference(work, seed, feeds, warnings, log, round_no + 1)
     work, filled = fill_from_run(work, seed, feeds=feeds)
     log.append({"pass": "shapes_from_run", "round": 0, "changes": len(filled), "tensors": filled})
     check_complete(work)
@@ -129,3 +128,27 @@ def normalize(
         warnings=warnings + run_warnings,
         real_inputs=bool(feeds),
     )
+
+
+def _reconciled(model: onnx.ModelProto, seed: int, feeds: list[dict[str, np.ndarray]] | None,
+                warnings: list[str], log: list[dict], round_no: int) -> onnx.ModelProto:
+    model, replaced = reconcile_declared_shapes(model, seed, feeds)
+    if replaced:
+        warnings.extend(replaced)
+        log.append({"pass": "declared_shapes", "round": round_no, "changes": len(replaced), "warnings": replaced})
+    return model
+
+
+def _strict_inference(model: onnx.ModelProto, seed: int, feeds: list[dict[str, np.ndarray]] | None,
+                      warnings: list[str], log: list[dict], round_no: int) -> onnx.ModelProto:
+    """Strict shape inference; where it fails, declarations that the upgraded or rewritten graph
+    now shows to be stale (inference follows an LSTM's sequence length only at a newer opset, a
+    Reshape target only once folded to a constant) are replaced first and inference run again."""
+    try:
+        return infer_shapes(model)
+    except MetaInferError:
+        before = len(warnings)
+        model = _reconciled(model, seed, feeds, warnings, log, round_no)
+        if len(warnings) == before:
+            raise
+        return infer_shapes(model)

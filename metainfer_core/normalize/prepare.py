@@ -66,6 +66,7 @@ def _validation_feeds(s: Settings, model: onnx.ModelProto, samples: dict[str, np
 
 def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
     from metainfer_core.normalize.equivalence import MAX_SAMPLES
+    from metainfer_core.normalize.input_memory import check_input_memory
     from metainfer_core.normalize.inputs import load_samples, sample_shapes
     from metainfer_core.normalize.shapes import bind_input_shapes, unknown_negative_dims
 
@@ -89,9 +90,11 @@ def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print)
                              f"{listed} that model.input_shapes does not bind. Bind each to its deployment size for "
                              f"this run, e.g. 'model.input_shapes={{{example}}}' (quoted for the shell; each 1 "
                              "stands for a symbolic dim: put the real size).")
+    bound = bind_input_shapes(unknown_negative_dims(original), input_shapes)
+    check_input_memory(bound)   # before any array of that shape is drawn
     feeds, labels = None, None
     if samples is not None:     # real inputs for normalize's equivalence check and shape filling too
-        feeds, labels = _validation_feeds(s, bind_input_shapes(unknown_negative_dims(original), input_shapes), samples)
+        feeds, labels = _validation_feeds(s, bound, samples)
     result = normalize(original, input_shapes=input_shapes, seed=s.seed, feeds=feeds)
     for warning in result.warnings:
         progress(f"WARNING: normalize: {warning}")

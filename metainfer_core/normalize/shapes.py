@@ -65,13 +65,13 @@ def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int]]
         if tensor_type.HasField("shape") and len(dims) != len(sizes):
             raise MetaInferError(
                 f"model.input_shapes gives input '{name}' rank {len(sizes)} ({list(sizes)}), but the "
-                f"model declares rank {len(dims)} ({_show(dims)}); give exactly {len(dims)} sizes."
+                f"model declares rank {len(dims)} ({show_dims(dims)}); give exactly {len(dims)} sizes."
             )
         for axis, (dim, size) in enumerate(zip(dims, sizes)):
             if dim.HasField("dim_value") and dim.dim_value != size:
                 raise MetaInferError(
                     f"model.input_shapes gives input '{name}' size {size} on axis {axis}, but the model "
-                    f"fixes that axis to {dim.dim_value} ({_show(dims)}); only symbolic axes can be bound."
+                    f"fixes that axis to {dim.dim_value} ({show_dims(dims)}); only symbolic axes can be bound."
                 )
         tensor_type.shape.Clear()
         for size in sizes:
@@ -127,142 +127,61 @@ def incomplete_tensors(model: onnx.ModelProto) -> list[str]:
 def fill_from_run(model: onnx.ModelProto, seed: int = 0, runs: int = 3,
                   feeds: list[dict[str, np.ndarray]] | None = None) -> tuple[onnx.ModelProto, list[str]]:
     """Types ONNX shape inference cannot follow (the outputs of Loop/Scan bodies, contrib-domain
-    ops), read off ONNX Runtime runs and written to value_info: on the user's `feeds` (the first
-    `runs` of them) when given, else on seeded random inputs. A size is kept where the inputs
-    are static and every run agrees on it; otherwise only the rank (a data-dependent trip count,
-    or symbolic inputs: one run's sizes say nothing about another's). Returns the model and the
-    tensors it filled; nothing when the runtime cannot run it."""
+    ops), read off ONNX Runtime runs (run_tensors) and written to value_info. Returns the model
+    and the tensors it filled; nothing when the runtime cannot run it."""
     missing = incomplete_tensors(model)
     if not missing:
         return model, []
-    static = all(isinstance(d, int) for dims in symbolic_inputs(model).values() for d in dims)
+    seen = run_tensors(model, missing, seed, runs, feeds)
+    out = clone(model)
+    graph_outputs = {o.name: o for o in out.graph.output}
+    filled = []
+    for name in missing:
+        observed = observed_type(model, [run.get(name) for run in seen])
+        if observed is None:
+            continue
+        if name in graph_outputs:
+            graph_outputs[name].type.CopyFrom(observed)
+        else:
+            out.graph.value_info.append(helper.make_value_info(name, observed))
+        filled.append(name)
+    return out, filled
+
+
+def run_tensors(model: onnx.ModelProto, names: list[str], seed: int = 0, runs: int = 3,
+                feeds: list[dict[str, np.ndarray]] | None = None) -> list[dict[str, np.ndarray]]:
+    """The values of main-graph tensors `names` in ONNX Runtime runs (no graph optimization): on
+    the user's `feeds` (the first `runs` of them) when given, else on seeded random inputs. One
+    dict per run; none when the runtime cannot run the model."""
     probe = clone(model)
     outputs = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in missing if n not in outputs)
+    probe.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in outputs)
     try:
         import onnxruntime as ort
 
         opts = quiet_session_options(graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
         session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        names = [o.name for o in session.get_outputs()]
+        got = [o.name for o in session.get_outputs()]
         wanted = {i.name for i in session.get_inputs()}
         samples = [{k: v for k, v in f.items() if k in wanted} for f in feeds[:runs]] if feeds else \
             [random_feeds(model, seed + k) for k in range(runs)]
-        seen = [dict(zip(names, session.run(None, sample))) for sample in samples]
-    except Exception:  # noqa: BLE001 - the completeness check names the tensor and what to do
-        return model, []
-    out = clone(model)
-    graph_outputs = {o.name: o for o in out.graph.output}
-    filled = []
-    for name in missing:
-        values = [run.get(name) for run in seen]
-        if not all(isinstance(v, np.ndarray) for v in values) or len({(v.dtype, v.ndim) for v in values}) != 1:
-            continue
-        dims = [sizes.pop() if static and len(sizes := {v.shape[a] for v in values}) == 1 else None
-                for a in range(values[0].ndim)]
-        vi = helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(values[0].dtype), dims)
-        if name in graph_outputs:
-            graph_outputs[name].type.CopyFrom(vi.type)
-        else:
-            out.graph.value_info.append(vi)
-        filled.append(name)
-    return out, filled
+        return [dict(zip(got, session.run(None, sample))) for sample in samples]
+    except Exception:  # noqa: BLE001 - the callers' checks name the tensor and what to do
+        return []
 
 
-def reconcile_declared_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """Declared shapes are hints: a main-graph output or value_info whose declared dtype or shape
-    contradicts what ONNX shape inference computes from the inputs (another rank, another static
-    size, another dtype; exporters write stale ones, e.g. a CRNN output declared [1, 'seqlen']
-    that is [24, 1, 8210]) is replaced by the inferred one. A declared dim inference leaves open
-    stays. Returns the model and one warning per tensor replaced."""
-    g = model.graph
-    declared = [vi for vi in [*g.output, *g.value_info] if vi.type.HasField("tensor_type")]
-    if not declared:
-        return model, []
-    probe = clone(model)
-    del probe.graph.value_info[:]
-    for o in probe.graph.output:
-        if o.type.HasField("tensor_type"):
-            o.type.tensor_type.Clear()
-    try:
-        inferred = shape_inference.infer_shapes(probe, check_type=False, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - strict inference later reports what is wrong
-        return model, []
-    computed = {vi.name: vi.type for vi in [*inferred.graph.value_info, *inferred.graph.output]
-                if vi.type.HasField("tensor_type")}
-    out, warnings = None, []
-    for kind, entries in (("graph output", "output"), ("value_info", "value_info")):
-        for k, vi in enumerate(getattr(g, entries)):
-            want = computed.get(vi.name)
-            if not vi.type.HasField("tensor_type") or want is None or not _contradicts(vi.type, want):
-                continue
-            out = out or clone(model)
-            target = getattr(out.graph, entries)[k]
-            fixed = _merged(vi.type, want)
-            warnings.append(f"the declared {_type_text(vi.type)} of {kind} '{vi.name}' contradicts what the graph "
-                            f"computes ({_type_text(want)}): replaced by {_type_text(fixed)}")
-            target.type.CopyFrom(fixed)
-    return (out or model), warnings
-
-
-def reconcile_with_run(model: onnx.ModelProto, outputs: list[dict[str, np.ndarray]]) -> tuple[onnx.ModelProto, list[str]]:
-    """Graph outputs whose declared rank, static sizes or dtype contradict what ONNX Runtime
-    computed on `outputs` (one dict per run) take the run's: its sizes where the inputs are
-    static and every run agrees, else its rank. Returns the model and one warning per output."""
-    if not outputs:
-        return model, []
+def observed_type(model: onnx.ModelProto, values: list) -> onnx.TypeProto | None:  # type: ignore[type-arg]
+    """The tensor type runs of `model` show for one tensor (`values`, one per run): its sizes
+    where the inputs are static and every run agrees, else only its rank (a data-dependent trip
+    count, or symbolic inputs: one run's sizes say nothing about another's). None when a run
+    lacks it or the runs disagree on dtype or rank."""
+    if not values or not all(isinstance(v, np.ndarray) for v in values) \
+            or len({(v.dtype, v.ndim) for v in values}) != 1:
+        return None
     static = all(isinstance(d, int) for dims in symbolic_inputs(model).values() for d in dims)
-    out, warnings = None, []
-    for k, o in enumerate(model.graph.output):
-        values = [run.get(o.name) for run in outputs]
-        if not o.type.HasField("tensor_type") or not all(isinstance(v, np.ndarray) for v in values):
-            continue
-        if len({(v.dtype, v.ndim) for v in values}) != 1:
-            continue
-        dims = [sizes.pop() if static and len(sizes := {v.shape[a] for v in values}) == 1 else None
-                for a in range(values[0].ndim)]
-        seen = helper.make_tensor_value_info(o.name, helper.np_dtype_to_tensor_dtype(values[0].dtype), dims).type
-        if not _contradicts(o.type, seen):
-            continue
-        out = out or clone(model)
-        fixed = _merged(o.type, seen)
-        warnings.append(f"the declared {_type_text(o.type)} of graph output '{o.name}' contradicts what ONNX Runtime "
-                        f"computes ({_type_text(seen)}): replaced by {_type_text(fixed)}")
-        out.graph.output[k].type.CopyFrom(fixed)
-    return (out or model), warnings
-
-
-def _contradicts(declared: onnx.TypeProto, computed: onnx.TypeProto) -> bool:
-    a, b = declared.tensor_type, computed.tensor_type
-    if a.elem_type and b.elem_type and a.elem_type != b.elem_type:
-        return True
-    if not a.HasField("shape") or not b.HasField("shape"):
-        return False
-    if len(a.shape.dim) != len(b.shape.dim):
-        return True
-    return any(x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
-               for x, y in zip(a.shape.dim, b.shape.dim))
-
-
-def _merged(declared: onnx.TypeProto, computed: onnx.TypeProto) -> onnx.TypeProto:
-    """The computed type; where the ranks agree, a dim the computation leaves open keeps the
-    declared symbol (or size)."""
-    fixed = onnx.TypeProto()
-    fixed.CopyFrom(computed)
-    a, b = declared.tensor_type, fixed.tensor_type
-    if not b.elem_type:
-        b.elem_type = a.elem_type
-    if a.HasField("shape") and b.HasField("shape") and len(a.shape.dim) == len(b.shape.dim):
-        for x, y in zip(a.shape.dim, b.shape.dim):
-            if not y.HasField("dim_value") and not y.dim_param and (x.HasField("dim_value") or x.dim_param):
-                y.CopyFrom(x)
-    return fixed
-
-
-def _type_text(type_proto: onnx.TypeProto) -> str:
-    t = type_proto.tensor_type
-    dtype = onnx.TensorProto.DataType.Name(t.elem_type).lower() if t.elem_type else "?"
-    return f"{dtype} {_show(t.shape.dim)}" if t.HasField("shape") else f"{dtype} (rank unknown)"
+    dims = [sizes.pop() if static and len(sizes := {v.shape[a] for v in values}) == 1 else None
+            for a in range(values[0].ndim)]
+    return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(values[0].dtype), dims)
 
 
 def check_complete(model: onnx.ModelProto) -> None:
@@ -294,5 +213,5 @@ def _missing(type_proto: onnx.TypeProto | None) -> str | None:
     return None if type_proto.tensor_type.HasField("shape") else "rank"
 
 
-def _show(dims) -> str:  # type: ignore[no-untyped-def]
+def show_dims(dims) -> str:  # type: ignore[no-untyped-def]
     return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims) + "]"
