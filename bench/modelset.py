@@ -214,8 +214,8 @@ def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: f
             plans["meta_infer_latency"] = folder2
     if peers:
         if say:
-            say(f"  {entry.key}: meta-infer ({'both plans' if plans else 'one plan'}) vs its peers (ORT default / quantize_static / quantize_dynamic, OpenVINO default / f32 / NNCF int8 / "
-                f"NNCF accuracy-aware int8) on {'its real inputs' if entry.npz else 'random inputs'}, "
+            say(f"  {entry.key}: meta-infer ({'both plans' if plans else 'one plan'}) vs its peers (ORT default / "
+                f"quantize_static / quantize_dynamic, OpenVINO default / f32 / NNCF int8 / NNCF accuracy-aware int8) on {'its real inputs' if entry.npz else 'random inputs'}, "
                 f"{rounds} interleaved rounds")
         t0 = time.perf_counter()
         try:

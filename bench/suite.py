@@ -10,8 +10,9 @@ again with weights=latency (its plan.json and MLflow run are the figures' source
 timed-out adapt is a row with its exit code and error paragraph), then both of meta-infer's
 plans and their peers (ONNX Runtime as it comes, its quantize_static / quantize_dynamic,
 OpenVINO at its default precision and f32, OpenVINO + NNCF int8, plain and accuracy-aware:
-bench/peers.py) timed together on the inputs the adapts got, and the model's roofline limit from peaks measured in the same run. Then
-predictor accuracy, search scaling and re-profiling cost (the other bench/ scripts' functions).
+bench/peers.py) timed together on the inputs the adapts got, and the model's roofline limit
+from peaks measured in the same run. Then predictor accuracy, search scaling and re-profiling
+cost (the other bench/ scripts' functions).
 Writes artifacts/bench/report.md (one peers table over every model, geo-means, the 3 % goal:
 meta-infer / fastest peer within accuracy.max_loss >= 0.97), results.json and PNG plots, logs
 them to MLflow and rewrites the README's results block. Progress goes to stderr.
