@@ -18,8 +18,9 @@ Peers (label: what it is):
                   the layers that cost most accuracy reverted to float until the loss on the same
                   inputs (plan_loss against the same reference) is within max_drop =
                   accuracy.max_loss; capped (AAC_ITERATIONS reverts, layers ranked on at most
-                  AAC_RANKING_SUBSET inputs) because its ranking takes minutes on a large
-                  detector; compiled at f32 precision, as NNCF validates it
+                  AAC_RANKING_SUBSET inputs, in a process ended after AAC_TIMEOUT_S) because
+                  its ranking takes minutes on a large detector; compiled at f32 precision, as
+                  NNCF validates it
     meta_infer    meta-infer's plan: metainfer_core.deploy.load_plan(run folder) when that module
                   exists, else the plan's model.onnx on ONNX Runtime as ort_default runs it
 
@@ -38,6 +39,7 @@ import importlib
 import importlib.util
 import io
 import logging
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -58,6 +60,7 @@ NAMES = {"ort_default": "ORT default", "ort_static": "ORT quantize_static", "ort
          "meta_infer_latency": "meta-infer weights=latency"}
 AAC_ITERATIONS = 3        # layers reverted to float at most (NNCF's max_num_iterations)
 AAC_RANKING_SUBSET = 4    # inputs each layer's ranking runs on (NNCF's ranking_subset_size)
+AAC_TIMEOUT_S = 300.0     # wall-clock cap: NNCF's ranking cannot be stopped from inside, so it runs in a process
 OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
 
 Feeds = dict[str, np.ndarray]
@@ -211,6 +214,41 @@ def nncf_accuracy_aware(ov_model, feeds: list[Feeds], reference: list[list[np.nd
             max_drop=max_loss, subset_size=len(feeds), advanced_accuracy_restorer_parameters=caps)
 
 
+def _accuracy_aware_child(model_bytes: bytes, feeds: list[Feeds], reference, max_loss: float, folder: str) -> None:
+    """nncf_accuracy_aware in a spawned process: the result saved as folder/aac.xml (+ .bin), or
+    the failure's one line in folder/error.txt."""
+    try:
+        import openvino as ov
+        result = nncf_accuracy_aware(ov_read(onnx.load_from_string(model_bytes), feeds[0]), feeds, reference, max_loss)
+        ov.save_model(result, str(Path(folder) / "aac.xml"), compress_to_fp16=False)
+    except Exception as exc:  # noqa: BLE001 - reported by the parent as this peer's error
+        (Path(folder) / "error.txt").write_text(short(exc))
+
+
+def nncf_accuracy_aware_capped(default: onnx.ModelProto, feeds: list[Feeds], reference: list[list[np.ndarray]],
+                               max_loss: float, timeout_s: float = AAC_TIMEOUT_S):
+    """nncf_accuracy_aware on `default`, ended after `timeout_s` (TimeoutError): it runs in a
+    spawned process, and its model comes back through a temporary folder, read into memory."""
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory(prefix="metainfer-aac-") as tmp:
+        proc = multiprocessing.get_context("spawn").Process(
+            target=_accuracy_aware_child, args=(default.SerializeToString(), feeds, reference, max_loss, tmp))
+        proc.start()
+        proc.join(timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            raise TimeoutError(f"NNCF's accuracy control ran past {timeout_s:.0f} s (AAC_TIMEOUT_S) and was ended")
+        error, xml = Path(tmp) / "error.txt", Path(tmp) / "aac.xml"
+        if error.is_file():
+            raise RuntimeError(error.read_text())
+        if not xml.is_file():
+            raise RuntimeError(f"NNCF's accuracy control process ended with exit code {proc.exitcode} and no model")
+        weights = np.fromfile(xml.with_suffix(".bin"), np.uint8)
+        return ov_core().read_model(xml.read_text(), ov.Tensor(weights))
+
+
 class OpenVinoPeer:
     """An OpenVINO CPU compiled model and one infer request; `precision` forces
     INFERENCE_PRECISION_HINT (None: the plugin's default)."""
@@ -282,7 +320,7 @@ def builders(default: onnx.ModelProto, feeds: list[Feeds], labels=PEERS, max_los
              "ov_default": lambda: OpenVinoPeer(ov_model()),
              "ov_f32": lambda: OpenVinoPeer(ov_model(), "f32"),
              "ov_nncf_int8": lambda: OpenVinoPeer(nncf_int8(ov_model(), feeds)),
-             "ov_nncf_aac": lambda: OpenVinoPeer(nncf_accuracy_aware(ov_model(), feeds, ref(), max_loss), "f32")}
+             "ov_nncf_aac": lambda: OpenVinoPeer(nncf_accuracy_aware_capped(default, feeds, ref(), max_loss), "f32")}
     return {k: table[k] for k in labels}
 
 

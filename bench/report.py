@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from peers import AAC_ITERATIONS, AAC_RANKING_SUBSET, NAMES, PEERS
+from peers import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -318,7 +318,8 @@ def markdown(results: dict) -> str:
               "accuracy-aware int8 (`nncf.quantize_with_accuracy_control`, max_drop = accuracy.max_loss on the same "
               "loss the table shows, same inputs; **capped** at "
               f"{AAC_ITERATIONS} layers reverted to float, each ranking on at most {AAC_RANKING_SUBSET} inputs, "
-              "since its ranking takes minutes on a large detector; compiled at f32, as NNCF validates it), and "
+              f"ended after {AAC_TIMEOUT_S:.0f} s (then `failed:`), since its ranking takes minutes on a large "
+              "detector; compiled at f32, as NNCF validates it), and "
               f"meta-infer's two plans, {weights(results)} (what a user gets: the headline, the goal) and "
               "`weights=latency` (the peers' objective; `(same plan)` when it is the first one), each "
               "`metainfer_core.deploy.load_plan` of its run folder when the module exists, else "

@@ -41,6 +41,8 @@ def test_every_peer_is_timed_or_says_why(mlp):
     for label in ("ort_default", "ov_f32", "meta_infer"):          # fp32 paths: these must run
         assert out[label]["error"] is None and len(out[label]["samples_ms"]) == 3, out[label]
     assert out["ov_f32"]["accuracy_loss"] < 1e-4
+    aac = out["ov_nncf_aac"]                                     # NNCF's accuracy control, in its own process
+    assert aac["error"] is None and aac["path"]["precision"] == "int8+f32" and aac["accuracy_loss"] <= 0.01, aac
     assert out["ov_f32"]["path"]["precision"] == "f32" and out["ov_f32"]["path"]["runtime"].startswith("openvino")
     assert out["meta_infer"]["path"]["loader"] == "model.onnx" and out["meta_infer"]["accuracy_loss"] < 1e-6
     r = peers.ratios(out)
@@ -148,3 +150,9 @@ def test_compare_times_both_plans_and_a_twin_once(mlp, tmp_path):
     assert c["meta_infer_latency"]["latency_ms"] == c["ort_default"]["latency_ms"]
     assert c["again"]["same_as"] == "meta_infer" and c["again"]["latency_ms"] == c["meta_infer"]["latency_ms"]
     assert all(v["error"] is None for v in c.values()), c
+
+
+def test_accuracy_aware_int8_is_ended_at_its_time_cap(mlp):
+    feeds = [random_feeds(mlp, seed=0)]
+    with pytest.raises(TimeoutError, match="ran past 0 s"):
+        peers.nncf_accuracy_aware_capped(mlp, feeds, run_cpu(mlp, feeds), 0.01, timeout_s=0.2)
