@@ -435,7 +435,8 @@ def main(argv: list[str]) -> int:
         print(f"[peers] {name}: converting and timing, {a.rounds} rounds", file=sys.stderr, flush=True)
         try:
             default = deployment_model(name)
-            c = compare(default, samples=a.samples, seed=0, runs=a.rounds, warmup=3, run_folder=plans.get(name))
+            c = compare(default, samples=a.samples, seed=0, runs=a.rounds, warmup=3, run_folder=plans.get(name),
+                        max_loss=a.max_loss)
             rows.append({"name": name, "compare": c})
         except Exception as exc:  # noqa: BLE001
             rows.append({"name": name, "error": short(exc)})
