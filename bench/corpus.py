@@ -8,14 +8,16 @@ failure's error paragraph (a failed or timed-out adapt is a row, not dropped).
 With --peers (the default; --no-peers turns it off), right after each model's adapt and while its
 run folder still exists, the peers of bench/peers.py (ORT default loaded first and last, ORT
 quantize_static, ORT quantize_dynamic, OpenVINO default precision, OpenVINO f32, OpenVINO+NNCF
-int8) and meta-infer's plan (the run folder through metainfer_core.deploy.load_plan, peers.PlanPeer)
+int8, NNCF accuracy-aware int8) and meta-infer's plans (each run folder through
+metainfer_core.deploy.load_plan, peers.PlanPeer)
 are timed side by side in one interleaved run (ort_baselines.compare_run, --rounds, 30 by
 default) on the same real inputs the adapt got (the .npz, read as adapt reads it, against the
 run's default.onnx), scored with plan_loss against ORT's fp32 outputs on those inputs; then
 bench/report.py's peers table: each one's ratio to ORT default and loss, meta-infer's execution
 path, the fastest peer within the plan's accuracy bound (accuracy.max_loss), meta-infer against
-it and the 3 % goal (>= 0.97), geo-means last. The adapts then run under weights=latency (the
-peers optimise latency alone), unless a weights= override is given.
+it and the 3 % goal (>= 0.97), geo-means last. Each model is adapted with the defaults (what a
+user runs) and again with weights=latency (the objective the peers optimise); both plans are
+timed beside the peers (bench/modelset.py bench_model).
 
     python bench/corpus.py [--only key,key] [--timeout S per model] [--no-peers] [--rounds N]
                            [--by-size] [--json PATH] [extra hydra overrides, e.g. search=quick]
@@ -103,8 +105,6 @@ def main(argv: list[str]) -> int:
             rounds = int(argv.pop(0))
         else:
             json_path = Path(argv.pop(0))
-    if with_peers and not any(x.lstrip("+").startswith("weights=") for x in argv):
-        argv = [*argv, "weights=latency"]  # the peers optimise latency alone: meta-infer under the same objective
     sys.path[:0] = [p for p in (str(ROOT), str(BENCH)) if p not in sys.path]
     import modelset
     import report

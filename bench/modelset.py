@@ -11,9 +11,9 @@ suite's `--skip corpus`) or when its fetch fails, rapidocr's installed files wit
 error: it is reported as failed, not dropped.
 
 bench_model() is one model's whole bench: flows/adapt.py as a user runs it (adapt_cpu.adapt, with
-a timeout), the row of its plan.json (model_row, what bench/report.py renders), then, while its
-run folder exists, its peers and meta-infer's plan timed together on the inputs the adapt got
-(ort_baselines.compare_run) and its work for the roofline.
+a timeout; the defaults, then once more under weights=latency), the row of each plan.json
+(model_row, what bench/report.py renders), then its peers and both of meta-infer's plans timed
+together on the inputs the adapts got (ort_baselines.compare_run) and its work for the roofline.
 """
 from __future__ import annotations
 
@@ -158,14 +158,38 @@ def model_row(plan: dict, plan_path: Path, client=None) -> dict:
     return row
 
 
+LATENCY = "weights=latency"    # the second meta-infer column: the objective the peers optimise (latency alone)
+
+
+def latency_overrides(overrides: list[str]) -> list[str] | None:
+    """The second adapt's overrides: the first's with weights=latency last (Hydra: the last value
+    wins), or None when the first already runs weights=latency."""
+    if any(x.lstrip("+") == LATENCY for x in overrides):
+        return None
+    return [*overrides, LATENCY]
+
+
+def _adapt_row(entry: Entry, overrides: list[str], on_line, timeout, client) -> tuple[dict, Path | None]:
+    """One adapt of `entry`: ({rc, adapt_s} plus model_row's figures, or plus error), run folder."""
+    r = adapt_cpu.adapt([*entry.args, *overrides], on_line, timeout)
+    row = {"rc": r["rc"], "adapt_s": r["wall_s"]}
+    if r["plan"] is None:
+        return row | {"error": r["error"]}, None
+    return row | model_row(r["plan"], r["plan_path"], client), r["plan_path"].parent
+
+
 def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: float | None = None,
                 on_line: Callable[[str], None] | None = None, peers: bool = True, client=None,
-                samples: int = SAMPLES, seed: int = 0, say: Callable[[str], None] | None = None) -> dict:
-    """Adapt `entry` with `overrides`, then (with `peers`) time its peers beside meta-infer's plan
-    on the adapt's inputs (`rounds` interleaved rounds) and take its roofline work. Returns the
-    report row: {name, source, inputs, rc, adapt_s} plus model_row's figures, compare / samples /
-    peers_s (or compare_error), plan_is_default and work; a failed or timed-out adapt (or an
-    unfetched model) gives {name, source, inputs, rc, adapt_s, error: the error paragraph}."""
+                samples: int = SAMPLES, seed: int = 0, say: Callable[[str], None] | None = None,
+                latency: bool = True) -> dict:
+    """Adapt `entry` with `overrides` (what a user runs: the defaults, weights=balanced, unless the
+    overrides say otherwise) and, with `latency`, once more under weights=latency (the `latency`
+    sub-row, same figures, or its error); then (with `peers`) time the peers beside both plans
+    (`meta_infer`, `meta_infer_latency`) on the adapt's inputs (`rounds` interleaved rounds) and
+    take the roofline work. Returns the report row: {name, source, inputs, rc, adapt_s} plus
+    model_row's figures of the first adapt, latency, compare / samples / peers_s (or
+    compare_error), plan_is_default and work; a failed or timed-out first adapt (or an unfetched
+    model) gives {name, source, inputs, rc, adapt_s, error: the error paragraph}."""
     import onnx
 
     import ort_baselines
@@ -175,21 +199,28 @@ def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: f
     row = {"name": entry.key, "source": entry.source, "inputs": entry.inputs}
     if entry.error:
         return row | {"rc": "fetch", "adapt_s": 0.0, "error": entry.error}
-    r = adapt_cpu.adapt([*entry.args, *overrides], on_line, timeout)
-    row |= {"rc": r["rc"], "adapt_s": r["wall_s"]}
-    if r["plan"] is None:
-        return row | {"error": r["error"]}
-    row |= model_row(r["plan"], r["plan_path"], client)
-    folder = r["plan_path"].parent
+    first, folder = _adapt_row(entry, overrides, on_line, timeout, client)
+    row |= first
+    if folder is None:
+        return row
     row["plan_is_default"] = ort_baselines.is_default(folder)
+    plans = {}
+    second = latency_overrides(overrides) if latency else None
+    if second is not None:
+        if say:
+            say(f"  {entry.key}: adapt again with {LATENCY}")
+        row["latency"], folder2 = _adapt_row(entry, second, on_line, timeout, client)
+        if folder2 is not None:
+            plans["meta_infer_latency"] = folder2
     if peers:
         if say:
-            say(f"  {entry.key}: meta-infer vs its peers (ORT default / quantize_static / quantize_dynamic, OpenVINO "
-                f"default / f32 / NNCF int8) on {'its real inputs' if entry.npz else 'random inputs'}, "
+            say(f"  {entry.key}: meta-infer ({'both plans' if plans else 'one plan'}) vs its peers (ORT default / "
+                f"quantize_static / quantize_dynamic, OpenVINO default / f32 / NNCF int8 / NNCF accuracy-aware int8) on {'its real inputs' if entry.npz else 'random inputs'}, "
                 f"{rounds} interleaved rounds")
         t0 = time.perf_counter()
         try:
-            row["compare"], row["samples"] = ort_baselines.compare_run(folder, entry.npz, rounds, samples, seed)
+            row["compare"], row["samples"] = ort_baselines.compare_run(
+                folder, entry.npz, rounds, samples, seed, plans=plans, max_loss=row.get("accuracy_bound") or 0.01)
         except Exception as exc:  # noqa: BLE001 - a model whose comparison breaks is a row, not a crash
             row["compare_error"] = f"peers: {short(exc)}"
         row["peers_s"] = time.perf_counter() - t0

@@ -14,6 +14,13 @@ Peers (label: what it is):
     ov_f32        the same with INFERENCE_PRECISION_HINT f32
     ov_nncf_int8  NNCF's int8 post-training quantization (calibrated on the same inputs),
                   compiled like ov_default
+    ov_nncf_aac   NNCF's accuracy-aware int8 (nncf.quantize_with_accuracy_control): int8, then
+                  the layers that cost most accuracy reverted to float until the loss on the same
+                  inputs (plan_loss against the same reference) is within max_drop =
+                  accuracy.max_loss; capped (AAC_ITERATIONS reverts, layers ranked on at most
+                  AAC_RANKING_SUBSET inputs, in a process ended after AAC_TIMEOUT_S) because
+                  its ranking takes minutes on a large detector; compiled at f32 precision, as
+                  NNCF validates it
     meta_infer    meta-infer's plan: metainfer_core.deploy.load_plan(run folder) when that module
                   exists, else the plan's model.onnx on ONNX Runtime as ort_default runs it
 
@@ -32,6 +39,7 @@ import importlib
 import importlib.util
 import io
 import logging
+import multiprocessing
 import sys
 import tempfile
 import time
@@ -45,10 +53,14 @@ import onnxruntime as ort
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.timing import SETTLE, interleaved
 
-PEERS = ("ort_default", "ort_static", "ort_dynamic", "ov_default", "ov_f32", "ov_nncf_int8")
+PEERS = ("ort_default", "ort_static", "ort_dynamic", "ov_default", "ov_f32", "ov_nncf_int8", "ov_nncf_aac")
 NAMES = {"ort_default": "ORT default", "ort_static": "ORT quantize_static", "ort_dynamic": "ORT quantize_dynamic",
          "ov_default": "OpenVINO default", "ov_f32": "OpenVINO f32", "ov_nncf_int8": "OpenVINO+NNCF int8",
-         "meta_infer": "meta-infer"}
+         "ov_nncf_aac": "NNCF int8 accuracy-aware", "meta_infer": "meta-infer",
+         "meta_infer_latency": "meta-infer weights=latency"}
+AAC_ITERATIONS = 3        # layers reverted to float at most (NNCF's max_num_iterations)
+AAC_RANKING_SUBSET = 4    # inputs each layer's ranking runs on (NNCF's ranking_subset_size)
+AAC_TIMEOUT_S = 300.0     # wall-clock cap: NNCF's ranking cannot be stopped from inside, so it runs in a process
 OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
 
 Feeds = dict[str, np.ndarray]
@@ -179,6 +191,64 @@ def nncf_int8(ov_model, feeds: list[Feeds]):
         return nncf.quantize(ov_model, nncf.Dataset(feeds), subset_size=len(feeds))
 
 
+def nncf_accuracy_aware(ov_model, feeds: list[Feeds], reference: list[list[np.ndarray]], max_loss: float):
+    """nncf.quantize_with_accuracy_control calibrated on `feeds` and validated on them with the
+    suite's own metric: minus plan_loss against `reference` (NNCF wants higher = better), per
+    input too, so max_drop = max_loss bounds the same loss the other peers are judged by."""
+    nncf = quiet_nncf()
+    from nncf.quantization.advanced_parameters import AdvancedAccuracyRestorerParameters
+
+    def outputs(compiled, feed: Feeds) -> list[np.ndarray]:
+        res = compiled(feed)
+        return [np.asarray(res[o]) for o in compiled.outputs]
+
+    def validate(compiled, items):
+        losses = [plan_loss([reference[i]], [outputs(compiled, feed)]) for i, feed in items]
+        return -max(losses, default=0.0), [-x for x in losses]
+
+    caps = AdvancedAccuracyRestorerParameters(max_num_iterations=AAC_ITERATIONS,
+                                              ranking_subset_size=min(len(feeds), AAC_RANKING_SUBSET))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return nncf.quantize_with_accuracy_control(
+            ov_model, nncf.Dataset(feeds), nncf.Dataset(list(enumerate(feeds)), lambda item: item[1]), validate,
+            max_drop=max_loss, subset_size=len(feeds), advanced_accuracy_restorer_parameters=caps)
+
+
+def _accuracy_aware_child(model_bytes: bytes, feeds: list[Feeds], reference, max_loss: float, folder: str) -> None:
+    """nncf_accuracy_aware in a spawned process: the result saved as folder/aac.xml (+ .bin), or
+    the failure's one line in folder/error.txt."""
+    try:
+        import openvino as ov
+        result = nncf_accuracy_aware(ov_read(onnx.load_from_string(model_bytes), feeds[0]), feeds, reference, max_loss)
+        ov.save_model(result, str(Path(folder) / "aac.xml"), compress_to_fp16=False)
+    except Exception as exc:  # noqa: BLE001 - reported by the parent as this peer's error
+        (Path(folder) / "error.txt").write_text(short(exc))
+
+
+def nncf_accuracy_aware_capped(default: onnx.ModelProto, feeds: list[Feeds], reference: list[list[np.ndarray]],
+                               max_loss: float, timeout_s: float = AAC_TIMEOUT_S):
+    """nncf_accuracy_aware on `default`, ended after `timeout_s` (TimeoutError): it runs in a
+    spawned process, and its model comes back through a temporary folder, read into memory."""
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory(prefix="metainfer-aac-") as tmp:
+        proc = multiprocessing.get_context("spawn").Process(
+            target=_accuracy_aware_child, args=(default.SerializeToString(), feeds, reference, max_loss, tmp))
+        proc.start()
+        proc.join(timeout_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+            raise TimeoutError(f"NNCF's accuracy control ran past {timeout_s:.0f} s (AAC_TIMEOUT_S) and was ended")
+        error, xml = Path(tmp) / "error.txt", Path(tmp) / "aac.xml"
+        if error.is_file():
+            raise RuntimeError(error.read_text())
+        if not xml.is_file():
+            raise RuntimeError(f"NNCF's accuracy control process ended with exit code {proc.exitcode} and no model")
+        weights = np.fromfile(xml.with_suffix(".bin"), np.uint8)
+        return ov_core().read_model(xml.read_text(), ov.Tensor(weights))
+
+
 class OpenVinoPeer:
     """An OpenVINO CPU compiled model and one infer request; `precision` forces
     INFERENCE_PRECISION_HINT (None: the plugin's default)."""
@@ -237,15 +307,20 @@ class PlanPeer:
 
 # --- building and timing --------------------------------------------------------------------
 
-def builders(default: onnx.ModelProto, feeds: list[Feeds], labels=PEERS) -> dict[str, Callable[[], Peer]]:
-    """{label: a function that converts and compiles that peer of `default`}, in column order."""
+def builders(default: onnx.ModelProto, feeds: list[Feeds], labels=PEERS, max_loss: float = 0.01,
+             reference: list[list[np.ndarray]] | None = None) -> dict[str, Callable[[], Peer]]:
+    """{label: a function that converts and compiles that peer of `default`}, in column order;
+    `max_loss` is the accuracy-aware peer's bound, `reference` the fp32 outputs on `feeds`
+    (computed when not given)."""
     ov_model = lambda: ov_read(default, feeds[0])  # noqa: E731 - read afresh per peer (quantize changes it)
+    ref = lambda: reference if reference is not None else run_cpu(default, feeds)  # noqa: E731
     table = {"ort_default": lambda: OrtPeer(default),
              "ort_static": lambda: OrtPeer(ort_quantized(default, feeds), "int8"),
              "ort_dynamic": lambda: OrtPeer(ort_quantized(default, None), "int8"),
              "ov_default": lambda: OpenVinoPeer(ov_model()),
              "ov_f32": lambda: OpenVinoPeer(ov_model(), "f32"),
-             "ov_nncf_int8": lambda: OpenVinoPeer(nncf_int8(ov_model(), feeds))}
+             "ov_nncf_int8": lambda: OpenVinoPeer(nncf_int8(ov_model(), feeds)),
+             "ov_nncf_aac": lambda: OpenVinoPeer(nncf_accuracy_aware_capped(default, feeds, ref(), max_loss), "f32")}
     return {k: table[k] for k in labels}
 
 
@@ -360,7 +435,8 @@ def main(argv: list[str]) -> int:
         print(f"[peers] {name}: converting and timing, {a.rounds} rounds", file=sys.stderr, flush=True)
         try:
             default = deployment_model(name)
-            c = compare(default, samples=a.samples, seed=0, runs=a.rounds, warmup=3, run_folder=plans.get(name))
+            c = compare(default, samples=a.samples, seed=0, runs=a.rounds, warmup=3, run_folder=plans.get(name),
+                        max_loss=a.max_loss)
             rows.append({"name": name, "compare": c})
         except Exception as exc:  # noqa: BLE001
             rows.append({"name": name, "error": short(exc)})

@@ -46,7 +46,8 @@ def _points(m: dict) -> list[dict]:
     return pts
 
 
-PEERS = (("ort_static", "^"), ("ort_dynamic", "v"), ("ov_default", "D"), ("ov_f32", "d"), ("ov_nncf_int8", "P"))
+PEERS = (("ort_static", "^"), ("ort_dynamic", "v"), ("ov_default", "D"), ("ov_f32", "d"), ("ov_nncf_int8", "P"),
+         ("ov_nncf_aac", "X"), ("meta_infer_latency", "h"))   # the last: meta-infer's other plan, weights=latency
 
 
 def pareto(models: list[dict], out: Path) -> list[Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from peers import NAMES, PEERS
+from peers import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -23,6 +23,8 @@ def _x(r) -> str:
 
 
 GOAL = 0.97   # issue 21: meta-infer at least as fast as the fastest peer within max_loss, within 3 %
+# the peers, then meta-infer with the run's weights (the defaults: what a user runs) and with weights=latency
+COLUMNS = (*PEERS[1:], "meta_infer", "meta_infer_latency")
 SOURCES = {"zoo": "zoo", "large": "zoo, large", "ppocr": "PP-OCR", "corpus": "corpus"}
 
 
@@ -58,23 +60,35 @@ def adapt_table(models: list[dict], links: bool = True) -> list[str]:
     loss, actions, execution path, adapt wall time and each stage's seconds (plan.json `timings`);
     with `links`, the run folder and MLflow run too."""
     head = ["model", "source", "exit", "nodes", "default ms", "adapted ms", "speed-up", "accuracy loss", "decision",
-            "actions", "execution path", "adapt s", "stage seconds"] + (["run folder", "MLflow run", "mlflow"]
-                                                                       if links else [])
+            "actions", "execution path", "adapt s", "stage seconds", "weights=latency: speed-up, decision, actions"] \
+        + (["run folder", "MLflow run", "mlflow"] if links else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in models:
         if m.get("error"):
             cells = [m["name"], _source(m), str(m.get("rc", "–")), "", "", "", "", "",
-                     f"{_failed(m)}: {first_line(m['error'])}", "", "", _f(m.get("adapt_s"), ".0f"), ""]
+                     f"{_failed(m)}: {first_line(m['error'])}", "", "", _f(m.get("adapt_s"), ".0f"), "", ""]
         else:
             cells = [m["name"], _source(m), str(m.get("rc", 0)), str(m["nodes"]), _f(m["default_ms"], ".4g"),
                      _f(m["adapted_ms"], ".4g"), f"**{_x(_ratio(m['default_ms'], m['adapted_ms']))}**",
                      _f(m["accuracy_loss"], ".2e"), m["decision"], ", ".join(m["actions"]) or "-",
-                     m.get("execution_path") or "–", _f(m.get("adapt_s"), ".0f"), stage_seconds(m.get("timings"))]
+                     m.get("execution_path") or "–", _f(m.get("adapt_s"), ".0f"), stage_seconds(m.get("timings")),
+                     latency_cell(m)]
         if links:
             cells += ["", "", ""] if m.get("error") else [f"`{m['run_folder']}`", f"`{m['mlflow_run_id']}`",
                                                          str(m.get("mlflow_check", "–"))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def latency_cell(m: dict) -> str:
+    """The weights=latency adapt of the same model in one cell: speed-up, decision, actions."""
+    lat = m.get("latency")
+    if not lat:
+        return "–"
+    if lat.get("error"):
+        return f"{_failed(lat)}: {first_line(lat['error'], 80)}"
+    return (f"{_x(_ratio(lat['default_ms'], lat['adapted_ms']))}, {lat['decision']}, "
+            f"{', '.join(lat['actions']) or '-'}")
 
 
 def failures(models: list[dict]) -> list[str]:
@@ -85,6 +99,9 @@ def failures(models: list[dict]) -> list[str]:
             out += ["", f"### {m['name']}: {_failed(m)}", "", "```", m["error"].strip(), "```"]
         elif m.get("compare_error"):
             out += ["", f"### {m['name']}: the peer comparison failed", "", "```", m["compare_error"].strip(), "```"]
+        if (m.get("latency") or {}).get("error"):
+            out += ["", f"### {m['name']} (weights=latency): {_failed(m['latency'])}", "", "```",
+                    m["latency"]["error"].strip(), "```"]
     return out
 
 
@@ -110,11 +127,12 @@ def compare_ratios(m: dict, max_loss: float) -> dict[str, float | None]:
     copies' A/A, the fastest peer within max_loss against ORT default, meta-infer against it."""
     c = m.get("compare") or {}
     base = _base(c)
-    out = {k: _ratio(base, (c.get(k) or {}).get("latency_ms")) for k in (*PEERS[1:], "meta_infer")}
+    out = {k: _ratio(base, (c.get(k) or {}).get("latency_ms")) for k in COLUMNS}
     out["aa"] = (c.get("ort_default") or {}).get("aa")
     best = fastest_peer(c, max_loss)
     out["fastest"] = _ratio(base, best[1]) if best else None
-    out["vs_fastest"] = _ratio(best[1], (c.get("meta_infer") or {}).get("latency_ms")) if best else None
+    for k, mine in (("vs_fastest", "meta_infer"), ("vs_fastest_latency", "meta_infer_latency")):
+        out[k] = _ratio(best[1], (c.get(mine) or {}).get("latency_ms")) if best else None
     return out
 
 
@@ -162,7 +180,8 @@ def _cell(v: dict | None, base) -> str:
     if v.get("error"):
         return f"failed: {v['error'][:70]}"
     ms = v.get("latency_ms")
-    return f"{_f(ms, '.4g')} ms, {_x(_ratio(base, ms))}, loss {_f(v.get('accuracy_loss'), '.1e')}"
+    same = " (same plan)" if v.get("same_as") == "meta_infer" else ""
+    return f"{_f(ms, '.4g')} ms, {_x(_ratio(base, ms))}, loss {_f(v.get('accuracy_loss'), '.1e')}{same}"
 
 
 def _path(m: dict) -> str:
@@ -180,7 +199,6 @@ def _goal_cell(g: str) -> str:
     return g if g in ("yes", "–") else f"**{g}**"
 
 
-COLUMNS = (*PEERS[1:], "meta_infer")
 
 
 def compare_row(m: dict, max_loss: float = 0.01) -> str:
@@ -190,14 +208,14 @@ def compare_row(m: dict, max_loss: float = 0.01) -> str:
     if m.get("error") or m.get("compare_error") or not c:
         why = (f"{_failed(m)}: {first_line(m['error'])}" if m.get("error") else
                f"failed: {first_line(m.get('compare_error') or 'no comparison')}")
-        return f"| {m['name']} | {_source(m)} | {why} |" + " |" * (len(COLUMNS) + 4) + f" {_goal_cell(g)} |"
+        return f"| {m['name']} | {_source(m)} | {why} |" + " |" * (len(COLUMNS) + 5) + f" {_goal_cell(g)} |"
     best = fastest_peer(c, max_loss)
     mi = c.get("meta_infer") or {}
     over = " (over max loss)" if (mi.get("accuracy_loss") or 0) > max_loss else ""
     return (f"| {m['name']} | {_source(m)} | {_f(base, '.4g') if base else _cell(c.get('ort_default'), None)} "
             f"| {_x(r['aa'])} | " + " | ".join(_cell(c.get(k), base) for k in COLUMNS) + f" | {_path(m)} | "
             + (f"{NAMES[best[0]]} ({_x(r['fastest'])})" if best else "none")
-            + f" | **{_x(r['vs_fastest'])}**{over} | {_goal_cell(g)} |")
+            + f" | **{_x(r['vs_fastest'])}**{over} | {_x(r['vs_fastest_latency'])} | {_goal_cell(g)} |")
 
 
 def peers_table(models: list[dict], max_loss: float = 0.01) -> list[str]:
@@ -205,18 +223,19 @@ def peers_table(models: list[dict], max_loss: float = 0.01) -> list[str]:
     geometric means of every column (ORT default ms and every ratio; the goal column counts)."""
     lines = ["| model | source | ORT default ms | A/A | " + " | ".join(NAMES[k] for k in COLUMNS)
              + f" | meta-infer path | fastest peer within max_loss {max_loss:g} | meta-infer / fastest peer "
-             f"| 3 % goal (>= {GOAL:g}) |",
-             "|---|---|---|---|" + "---|" * (len(COLUMNS) + 4)]
+             f"| weights=latency / fastest peer | 3 % goal (>= {GOAL:g}) |",
+             "|---|---|---|---|" + "---|" * (len(COLUMNS) + 5)]
     rows = [m for m in models if m.get("compare") or m.get("error") or m.get("compare_error")]
     lines += [compare_row(m, max_loss) for m in rows]
     ok = [m for m in rows if not m.get("error") and not m.get("compare_error") and m.get("compare")]
     ratios = [compare_ratios(m, max_loss) for m in ok]
-    g = {k: _gmean([r[k] for r in ratios]) for k in (*COLUMNS, "aa", "fastest", "vs_fastest")}
+    g = {k: _gmean([r[k] for r in ratios]) for k in (*COLUMNS, "aa", "fastest", "vs_fastest", "vs_fastest_latency")}
     base = _gmean([_base(m["compare"]) for m in ok])
     s = goal_summary(rows, max_loss)
     lines.append(f"| geo-mean ({len(ok)} models) | | {_f(base, '.4g')} | {_x(g['aa'])} | "
                  + " | ".join(_x(g[k]) for k in COLUMNS)
-                 + f" | | {_x(g['fastest'])} | **{_x(g['vs_fastest'])}** | {s['met']} of {s['total']} |")
+                 + f" | | {_x(g['fastest'])} | **{_x(g['vs_fastest'])}** | {_x(g['vs_fastest_latency'])} "
+                 f"| {s['met']} of {s['total']} |")
     return lines
 
 
@@ -230,17 +249,26 @@ def max_loss(results: dict) -> float:
     return float((results.get("options") or {}).get("max_loss") or 0.01)
 
 
+def weights(results: dict) -> str:
+    """The first meta-infer column's objective: the suite's weights= override, else the defaults."""
+    given = [x.lstrip("+") for x in (results.get("options") or {}).get("extra") or [] if x.lstrip("+").startswith("weights=")]
+    return f"`{given[-1]}`" if given else "the defaults (`weights=balanced`)"
+
+
 def headline(results: dict) -> dict:
     """Geometric means over the models that ran: adapted vs default (adapt's verify), each peer
     and meta-infer vs ORT default (same comparison run), the fastest peer within max_loss and
     meta-infer against it, plus the median distance to the roofline and the 3 % goal's count."""
     gmean = _gmean
     ok = [m for m in results["models"] if not m.get("error")]
+    lat = [m["latency"] for m in ok if m.get("latency") and not m["latency"].get("error")]
     out = {"models": len(ok), "failed": len(results["models"]) - len(ok),
            "adapted": sum(1 for m in ok if m["decision"] == "adapted"),
-           "speedup_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in ok])}
+           "speedup_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in ok]),
+           "latency_models": len(lat), "latency_adapted": sum(1 for m in lat if m["decision"] == "adapted"),
+           "speedup_latency_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in lat])}
     ratios = [compare_ratios(m, max_loss(results)) for m in ok if m.get("compare") and not m.get("compare_error")]
-    for k in (*PEERS[1:], "meta_infer", "aa", "fastest", "vs_fastest"):
+    for k in (*COLUMNS, "aa", "fastest", "vs_fastest", "vs_fastest_latency"):
         out[f"{k}_gmean"] = gmean([r[k] for r in ratios])
     xs = sorted(m["roofline"]["x_limit"] for m in ok if m.get("roofline"))
     out["roofline_x_median"] = xs[len(xs) // 2] if xs else None
@@ -258,13 +286,17 @@ def markdown(results: dict) -> str:
              f"target `cpu` (**measured**, 1 intra-op thread). Suite options: `{results['options']}`; wall time "
              f"{results['wall_s'] / 60:.1f} min. Every ratio below compares figures measured side by side in this run.",
              "", "## Headline", "",
-             f"- adapted vs default (adapt's own verify, geometric mean over {h['models']} models): "
-             f"**{_x(h['speedup_gmean'])}**; {h['adapted']} adapted, {h['models'] - h['adapted']} kept the default"
-             + (f"; {h['failed']} failed" if h["failed"] else ""),
-             f"- same-run comparison vs ORT default (geometric mean): meta-infer {_x(h['meta_infer_gmean'])}, "
+             f"- adapted vs default with {weights(results)} (adapt's own verify, geometric mean over {h['models']} "
+             f"models): **{_x(h['speedup_gmean'])}**; {h['adapted']} adapted, {h['models'] - h['adapted']} kept the "
+             f"default" + (f"; {h['failed']} failed" if h["failed"] else "")
+             + (f"; with weights=latency {_x(h['speedup_latency_gmean'])} ({h['latency_adapted']} of "
+                f"{h['latency_models']} adapted)" if h["latency_models"] else ""),
+             f"- same-run comparison vs ORT default (geometric mean): meta-infer {_x(h['meta_infer_gmean'])} "
+             f"with {weights(results)}, {_x(h['meta_infer_latency_gmean'])} with weights=latency, "
              + ", ".join(f"{NAMES[k]} {_x(h[k + '_gmean'])}" for k in PEERS[1:])
              + f" (A/A noise floor {_x(h['aa_gmean'])}); fastest peer within accuracy.max_loss {max_loss(results):g} "
-             f"{_x(h['fastest_gmean'])}, meta-infer against it **{_x(h['vs_fastest_gmean'])}**",
+             f"{_x(h['fastest_gmean'])}, meta-infer against it **{_x(h['vs_fastest_gmean'])}** "
+             f"(weights=latency {_x(h['vs_fastest_latency_gmean'])})",
              f"- adapted latency / roofline limit (median): {_f(h['roofline_x_median'], '.3g')}x", ""]
     lines += ["## Adapted vs default on `cpu`", "",
               "From each run's plan.json (`baseline` = default plan, `measured` = chosen plan, timed interleaved in "
@@ -282,17 +314,25 @@ def markdown(results: dict) -> str:
               "`quantize_static` (QDQ, QUInt8 activations / QInt8 weights, per channel, calibrated on the same "
               "inputs), ORT `quantize_dynamic` (defaults), OpenVINO's CPU plugin at its default precision (bf16 on "
               "a CPU with AMX / AVX512-BF16) and with `INFERENCE_PRECISION_HINT` f32 (1 thread, LATENCY hint, 1 "
-              "stream), OpenVINO after NNCF's int8 post-training quantization (same calibration inputs), and "
-              "meta-infer's plan (`metainfer_core.deploy.load_plan` of the run folder when the module exists, else "
-              "its `model.onnx` on ONNX Runtime; the path column says which runtime and precision ran). Cells: median "
+              "stream), OpenVINO after NNCF's int8 post-training quantization (same calibration inputs), NNCF's "
+              "accuracy-aware int8 (`nncf.quantize_with_accuracy_control`, max_drop = accuracy.max_loss on the same "
+              "loss the table shows, same inputs; **capped** at "
+              f"{AAC_ITERATIONS} layers reverted to float, each ranking on at most {AAC_RANKING_SUBSET} inputs, "
+              f"ended after {AAC_TIMEOUT_S:.0f} s (then `failed:`), since its ranking takes minutes on a large "
+              "detector; compiled at f32, as NNCF validates it), and "
+              f"meta-infer's two plans, {weights(results)} (what a user gets: the headline, the goal) and "
+              "`weights=latency` (the peers' objective; `(same plan)` when it is the first one), each "
+              "`metainfer_core.deploy.load_plan` of its run folder when the module exists, else "
+              "its `model.onnx` on ONNX Runtime (the path column says which runtime and precision the first ran). Cells: median "
               "latency, ratio to ORT default (> 1 = faster), accuracy loss against the fp32 reference "
               "(`plan_loss`, worst case over the inputs); a peer that could not convert, compile or run says "
               "`failed:` and why. ORT default is loaded first and last and its figure pools both copies; A/A is the "
-              "first copy against the second (noise floor); meta-infer's plan is timed in two sessions too, pooled, "
+              "first copy against the second (noise floor); each of meta-infer's plans is timed in two sessions too, pooled, "
               "and a plan that is the default artifact itself `(= default)` is one contender with ORT default: "
-              "all four sessions pooled, the same figure for both. `fastest peer` is the fastest of the six peers whose "
-              f"loss is within accuracy.max_loss ({max_loss(results):g}); the last column is its latency over "
-              "meta-infer's (> 1 = meta-infer faster); `3 % goal` says whether that ratio is at least "
+              "all four sessions pooled, the same figure for both. `fastest peer` is the fastest of the seven peers whose "
+              f"loss is within accuracy.max_loss ({max_loss(results):g}); `meta-infer / fastest peer` is its latency over "
+              "meta-infer's first plan (> 1 = meta-infer faster), the next column the same for weights=latency; "
+              "`3 % goal` says whether the first ratio is at least "
               f"{GOAL:g} (**below** otherwise; **over max_loss** when meta-infer's own plan lost more than the "
               "bound on these inputs; **failed** when its adapt or comparison failed). Zoo and PP-OCR-from-rapidocr models are compared on the random inputs adapt "
               "draws, corpus models on their real `data.inputs` samples. The last row holds the geometric mean "
@@ -385,6 +425,13 @@ def _mlflow(m: dict | None) -> list[str]:
     return out
 
 
+def _latency_speedup(m: dict) -> str:
+    lat = m.get("latency")
+    if not lat:
+        return "–"
+    return "failed" if lat.get("error") else _x(_ratio(lat["default_ms"], lat["adapted_ms"]))
+
+
 def readme_block(results: dict, report_path: str) -> str:
     """The compact table that goes between the README markers: every model (zoo, PP-OCR, corpus),
     a failed one included, and a last row of geometric means of every column."""
@@ -394,14 +441,14 @@ def readme_block(results: dict, report_path: str) -> str:
              f"full report `{report_path}`. Target `cpu` (measured, 1 thread). "
              + goal_line(results["models"], limit) + ".", "",
              "| model | source | default ms | adapted ms | speed-up | accuracy loss | decision | ORT static "
-             "| ORT dynamic | fastest peer | meta-infer / fastest peer | 3 % goal | A/A | adapted / roofline "
-             "| adapt s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| ORT dynamic | fastest peer | meta-infer / fastest peer | 3 % goal | weights=latency speed-up "
+             "| weights=latency / fastest peer | A/A | adapted / roofline | adapt s |",
+             "|" + "---|" * 17]
     ok = []
     for m in results["models"]:
         if m.get("error"):
-            lines.append(f"| {m['name']} | {_source(m)} | {_failed(m)} ||||||||| failed || "
-                         f"| {_f(m.get('adapt_s'), '.0f')} |")
+            cells = [m["name"], _source(m), _failed(m), *[""] * 8, "failed", *[""] * 4, _f(m.get("adapt_s"), ".0f")]
+            lines.append("| " + " | ".join(cells) + " |")
             continue
         ok.append(m)
         c = m.get("compare") or {}
@@ -412,7 +459,8 @@ def readme_block(results: dict, report_path: str) -> str:
                      f"| {_x(_ratio(m['default_ms'], m['adapted_ms']))} | {_f(m['accuracy_loss'], '.1e')} "
                      f"| {m['decision']} | {ort[0]} | {ort[1]} "
                      f"| {NAMES[best[0]] + ' ' + _x(r['fastest']) if best else '–'} "
-                     f"| {_x(r['vs_fastest'])} | {_goal_cell(goal(m, limit))} | {_x(r['aa'])} "
+                     f"| {_x(r['vs_fastest'])} | {_goal_cell(goal(m, limit))} | {_latency_speedup(m)} "
+                     f"| {_x(r['vs_fastest_latency'])} | {_x(r['aa'])} "
                      f"| {_f((m.get('roofline') or {}).get('x_limit'), '.3g')}x | {_f(m.get('adapt_s'), '.0f')} |")
     ratios = [compare_ratios(m, limit) for m in ok if m.get("compare") and not m.get("compare_error")]
     gm = lambda xs: _gmean(list(xs))  # noqa: E731
@@ -423,16 +471,22 @@ def readme_block(results: dict, report_path: str) -> str:
                  f"| max {_f(max(losses) if losses else None, '.1e')} | {h['adapted']} adapted "
                  f"| {_x(gm(r['ort_static'] for r in ratios))} | {_x(gm(r['ort_dynamic'] for r in ratios))} "
                  f"| {_x(gm(r['fastest'] for r in ratios))} | {_x(gm(r['vs_fastest'] for r in ratios))} "
-                 f"| {g['met']} of {g['total']} | {_x(gm(r['aa'] for r in ratios))} "
+                 f"| {g['met']} of {g['total']} | {_x(h['speedup_latency_gmean'])} "
+                 f"| {_x(gm(r['vs_fastest_latency'] for r in ratios))} | {_x(gm(r['aa'] for r in ratios))} "
                  f"| {_f(gm((m.get('roofline') or {}).get('x_limit') for m in ok), '.3g')}x "
                  f"| {_f(gm(m.get('adapt_s') for m in results['models']), '.0f')} |")
-    lines += ["", f"Geometric-mean speed-up {_x(h['speedup_gmean'])} (meta-infer, adapt's verify); in the suite's "
-                  f"own interleaved comparison meta-infer {_x(h['meta_infer_gmean'])}, ORT static "
+    lines += ["", f"Geometric-mean speed-up {_x(h['speedup_gmean'])} (meta-infer with {weights(results)}, adapt's "
+                  f"verify; weights=latency {_x(h['speedup_latency_gmean'])}); in the suite's "
+                  f"own interleaved comparison meta-infer {_x(h['meta_infer_gmean'])} (weights=latency "
+                  f"{_x(h['meta_infer_latency_gmean'])}), ORT static "
                   f"{_x(h['ort_static_gmean'])}, ORT dynamic {_x(h['ort_dynamic_gmean'])}, OpenVINO "
                   f"{_x(h['ov_default_gmean'])} (f32 {_x(h['ov_f32_gmean'])}, "
-                  f"NNCF int8 {_x(h['ov_nncf_int8_gmean'])}), "
+                  f"NNCF int8 {_x(h['ov_nncf_int8_gmean'])}, NNCF accuracy-aware int8 {_x(h['ov_nncf_aac_gmean'])}, "
+                  f"capped at {AAC_ITERATIONS} reverted layers), "
                   f"ORT default against itself (A/A noise floor) {_x(h['aa_gmean'])}; meta-infer against the fastest "
-                  f"peer within accuracy.max_loss {_x(h['vs_fastest_gmean'])}. Source: zoo and PP-OCR from rapidocr "
+                  f"peer within accuracy.max_loss {_x(h['vs_fastest_gmean'])} (weights=latency "
+                  f"{_x(h['vs_fastest_latency_gmean'])}). Columns not named weights=latency: meta-infer with "
+                  f"{weights(results)}. Source: zoo and PP-OCR from rapidocr "
                   "on random inputs, corpus models on their real inputs. ORT columns: speed-up vs ORT default, "
                   "accuracy loss in brackets; fastest peer: its speed-up vs ORT default; 3 % goal: meta-infer / "
                   f"fastest peer >= {GOAL:g}; adapt s: adapt's wall time (geo-mean row: geometric means, the "

@@ -5,12 +5,14 @@
 
 Per model on `cpu` (bench/modelset.py: the zoo, then the corpus of real models of tests/corpus.py
 with their real inputs as data.inputs, the three PP-OCR models among them, each key once):
-flows/adapt.py run as a user runs it (its plan.json and MLflow run are the figures' source; a
-failed or timed-out adapt is a row with its exit code and error paragraph), then meta-infer's
-plan and its peers (ONNX Runtime as it comes, its quantize_static / quantize_dynamic, OpenVINO at
-its default precision and f32, OpenVINO + NNCF int8: bench/peers.py) timed together on the
-inputs the adapt got, and the model's roofline limit from peaks measured in the same run. Then
-predictor accuracy, search scaling and re-profiling cost (the other bench/ scripts' functions).
+flows/adapt.py run as a user runs it, with the defaults (weights=balanced; the headline), then
+again with weights=latency (its plan.json and MLflow run are the figures' source; a failed or
+timed-out adapt is a row with its exit code and error paragraph), then both of meta-infer's
+plans and their peers (ONNX Runtime as it comes, its quantize_static / quantize_dynamic,
+OpenVINO at its default precision and f32, OpenVINO + NNCF int8, plain and accuracy-aware:
+bench/peers.py) timed together on the inputs the adapts got, and the model's roofline limit
+from peaks measured in the same run. Then predictor accuracy, search scaling and re-profiling
+cost (the other bench/ scripts' functions).
 Writes artifacts/bench/report.md (one peers table over every model, geo-means, the 3 % goal:
 meta-infer / fastest peer within accuracy.max_loss >= 0.97), results.json and PNG plots, logs
 them to MLflow and rewrites the README's results block. Progress goes to stderr.
@@ -125,9 +127,8 @@ def _progress(name: str):
 def run_models(a, client: MlflowClient) -> list[dict]:
     known = modelset.known("corpus" not in a.skip)
     names = a.models or [n for n in (QUICK_MODELS if a.quick else known) if n in known]
-    # the peers optimise latency alone: meta-infer is compared under the same objective unless told otherwise
-    weights = [] if any(x.startswith("weights=") for x in a.extra) else ["weights=latency"]
-    overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + weights + a.extra
+    # what a user runs (the defaults, weights=balanced, unless overridden), then weights=latency beside it
+    overrides = [f"paths.artifacts={a.store}"] + (["search=quick"] if a.quick else []) + a.extra
     say(f"models: {', '.join(names)}" + ("" if "corpus" in a.skip else " (corpus models: fetched, real inputs)"))
     models = modelset.entries(names, with_corpus="corpus" not in a.skip)
     rows = []
@@ -136,6 +137,12 @@ def run_models(a, client: MlflowClient) -> list[dict]:
             f"{'real inputs ' + e.npz.name if e.npz else 'random inputs'})")
         row = modelset.bench_model(e, overrides, rounds=a.compare_runs, timeout=a.timeout, on_line=_progress(e.key),
                                    peers="compare" not in a.skip, client=client, say=say)
+        lat = row.get("latency") or {}
+        if lat:
+            say(f"  {e.key} weights=latency: " + (f"FAILED ({lat['rc']}): {report.first_line(lat['error'])}"
+                                                   if lat.get("error") else
+                                                   f"{lat['decision']}, {lat['default_ms']:.4g} -> {lat['adapted_ms']:.4g} ms, "
+                                                   f"adapt {lat['adapt_s']:.0f} s"))
         if row.get("error"):
             say(f"  {e.key}: FAILED ({row['rc']}, {row['adapt_s']:.0f} s): {report.first_line(row['error'])}")
         else:
@@ -233,7 +240,9 @@ def main(argv: list[str]) -> int:
     results["plots"] = [f.name for f in files]
     for m in ok:        # first, so the alignment check below sees this run's bench.* metrics too
         own = [f for f in files if f not in panels or f.name == f"pareto_{m['name']}.png"]    # its own panel
-        mlflow_compare.log_to_run(client, m["mlflow_run_id"], bench_figures(m), own)
+        for run_id in (m["mlflow_run_id"], (m.get("latency") or {}).get("mlflow_run_id")):   # both adapt runs
+            if run_id:
+                mlflow_compare.log_to_run(client, run_id, bench_figures(m), own)
     results["mlflow"] = {"uri": f"sqlite:///{os.path.relpath(a.store, ROOT)}/mlflow.db",
                          "experiments": mlflow_compare.alignment(client, {m["name"]: m["mlflow_run_id"] for m in ok})}
     results["wall_s"] = time.perf_counter() - T0

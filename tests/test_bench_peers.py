@@ -41,6 +41,8 @@ def test_every_peer_is_timed_or_says_why(mlp):
     for label in ("ort_default", "ov_f32", "meta_infer"):          # fp32 paths: these must run
         assert out[label]["error"] is None and len(out[label]["samples_ms"]) == 3, out[label]
     assert out["ov_f32"]["accuracy_loss"] < 1e-4
+    aac = out["ov_nncf_aac"]                                     # NNCF's accuracy control, in its own process
+    assert aac["error"] is None and aac["path"]["precision"] == "int8+f32" and aac["accuracy_loss"] <= 0.01, aac
     assert out["ov_f32"]["path"]["precision"] == "f32" and out["ov_f32"]["path"]["runtime"].startswith("openvino")
     assert out["meta_infer"]["path"]["loader"] == "model.onnx" and out["meta_infer"]["accuracy_loss"] < 1e-6
     r = peers.ratios(out)
@@ -102,3 +104,55 @@ def test_a_fast_model_gets_more_rounds(mlp):
     out = peers.measure({"ort_default": lambda: peers.OrtPeer(mlp)}, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1,
                         min_timed_s=0.2)
     assert 3 < len(out["ort_default"]["samples_ms"]) <= 60
+
+
+def _fake_quantizers(ov_model) -> int:
+    return sum(op.get_type_name() == "FakeQuantize" for op in ov_model.get_ops())
+
+
+def test_accuracy_aware_int8_reverts_layers_to_meet_a_tight_bound(mlp):
+    """NNCF's accuracy-aware peer judged by the suite's own loss: with a loose bound it keeps
+    plain int8; with a bound tighter than int8's loss it reverts layers to float (within its
+    iteration cap) and loses less on the same inputs."""
+    from metainfer_core.accuracy import plan_loss
+
+    feeds = [random_feeds(mlp, seed=i) for i in range(4)]
+    reference = run_cpu(mlp, feeds)
+    loose = peers.nncf_accuracy_aware(peers.ov_read(mlp, feeds[0]), feeds, reference, max_loss=1.0)
+    tight = peers.nncf_accuracy_aware(peers.ov_read(mlp, feeds[0]), feeds, reference, max_loss=1e-9)
+    assert _fake_quantizers(tight) < _fake_quantizers(loose)
+    assert _fake_quantizers(loose) - _fake_quantizers(tight) <= 2 * peers.AAC_ITERATIONS   # the cap holds
+
+    def loss(model):
+        p = peers.OpenVinoPeer(model, "f32")
+        return plan_loss(reference, [p.run(f) for f in feeds])
+
+    assert 0 < loss(tight) < loss(loose)
+
+
+def test_compare_times_both_plans_and_a_twin_once(mlp, tmp_path):
+    """The suite's two meta-infer columns: each plan timed in its own sessions beside the peers;
+    a plan identical to an earlier one (same graph, same path) is one contender, reported twice."""
+    int8 = peers.ort_quantized(mlp, None)
+    folders = {}
+    for name, model in (("balanced", mlp), ("latency", int8), ("latency_again", int8)):
+        folders[name] = tmp_path / name
+        folders[name].mkdir()
+        onnx.save(mlp, folders[name] / "default.onnx")
+        onnx.save(model, folders[name] / "model.onnx")
+        (folders[name] / "plan.json").write_text(json.dumps({"decision": "adapted", "execution_path": None}))
+    c = ort_baselines.compare(mlp, samples=2, runs=3, warmup=1, run_folder=folders["latency"],
+                              plans={"meta_infer_latency": folders["balanced"], "again": folders["latency_again"]},
+                              labels=("ort_default",))
+    assert list(c) == ["ort_default", "meta_infer", "meta_infer_latency", "again"]
+    assert c["meta_infer"]["path"]["graph"] == "int8" and "same_as" not in c["meta_infer"]
+    assert c["meta_infer_latency"]["same_as"] == "ort_default"          # the default artifact itself
+    assert c["meta_infer_latency"]["latency_ms"] == c["ort_default"]["latency_ms"]
+    assert c["again"]["same_as"] == "meta_infer" and c["again"]["latency_ms"] == c["meta_infer"]["latency_ms"]
+    assert all(v["error"] is None for v in c.values()), c
+
+
+def test_accuracy_aware_int8_is_ended_at_its_time_cap(mlp):
+    feeds = [random_feeds(mlp, seed=0)]
+    with pytest.raises(TimeoutError, match="ran past 0 s"):
+        peers.nncf_accuracy_aware_capped(mlp, feeds, run_cpu(mlp, feeds), 0.01, timeout_s=0.2)

@@ -83,8 +83,10 @@ def _compare(default_ms, adapted_ms, nncf_error=None):
             "ov_f32": ok(default_ms / 1.6, 1e-7, "openvino-2026.x", "f32"),
             "ov_nncf_int8": ({"latency_ms": None, "accuracy_loss": None, "path": None, "error": nncf_error}
                              if nncf_error else ok(default_ms / 1.1, 6e-4, "openvino-2026.x", "int8+bf16")),
+            "ov_nncf_aac": ok(default_ms / 1.05, 3e-4, "openvino-2026.x", "int8+f32"),
             "meta_infer": ok(adapted_ms, 2e-4, "openvino", "bf16") | {
-                "path": {"runtime": "openvino", "precision": "bf16", "graph": "fp32", "loader": "deploy.load_plan"}}}
+                "path": {"runtime": "openvino", "precision": "bf16", "graph": "fp32", "loader": "deploy.load_plan"}},
+            "meta_infer_latency": ok(adapted_ms / 1.25, 3e-3, "openvino", "bf16")}
 
 
 def _model(name, default_ms, adapted_ms, decision="adapted", actions=("int8",)):
@@ -97,6 +99,9 @@ def _model(name, default_ms, adapted_ms, decision="adapted", actions=("int8",)):
                            {"label": "candidate2", "actions": ["fp16"], "predicted_ms": default_ms,
                             "measured_ms": default_ms * 1.3, "accuracy_loss": 1e-6, "error": None}],
             "compare": _compare(default_ms, adapted_ms),
+            "latency": {"rc": 0, "adapt_s": 9.0, "default_ms": default_ms, "adapted_ms": adapted_ms / 1.25,
+                        "decision": "adapted", "actions": ["int8", "binding"], "accuracy_loss": 3e-3,
+                        "mlflow_run_id": f"run-{name}-latency"},
             "roofline": {"gflops": 0.1, "mbytes": 1.0, "precision": "int8", "bound": "compute",
                          "limit_ms": adapted_ms / 50, "x_limit": 50.0}}
 
@@ -158,21 +163,29 @@ def test_report_names_runs_ratios_failures_and_sections():
     assert "`artifacts/bench/store/runs/x-resnet_tiny`" in md and "`run-resnet_tiny`" in md
     assert "| ppocr_rec | – | failed: error: the run failed" in md
     header = ("| model | source | ORT default ms | A/A | ORT quantize_static | ORT quantize_dynamic | OpenVINO default "
-              "| OpenVINO f32 | OpenVINO+NNCF int8 | meta-infer | meta-infer path | fastest peer within max_loss 0.01 "
-              "| meta-infer / fastest peer | 3 % goal (>= 0.97) |")
-    assert header + "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n" in md
+              "| OpenVINO f32 | OpenVINO+NNCF int8 | NNCF int8 accuracy-aware | meta-infer | meta-infer weights=latency "
+              "| meta-infer path | fastest peer within max_loss 0.01 | meta-infer / fastest peer "
+              "| weights=latency / fastest peer | 3 % goal (>= 0.97) |")
+    assert header + "\n|" + "---|" * 17 + "\n" in md
     assert ("| resnet_tiny | – | 0.4 | 1.02x | 0.32 ms, 1.25x, loss 4.0e-04 | 1.6 ms, 0.25x, loss 3.0e-04 "
             "| 0.2 ms, 2.00x, loss 5.0e-02 | 0.25 ms, 1.60x, loss 1.0e-07 "
             "| failed: convert/compile: RuntimeError: Exception from src/core/src/node.cpp "
-            "| 0.2 ms, 2.00x, loss 2.0e-04 | openvino bf16, fp32 graph via deploy.load_plan "
-            "| OpenVINO f32 (1.60x) | **1.25x** | yes |") in md
+            "| 0.381 ms, 1.05x, loss 3.0e-04 | 0.2 ms, 2.00x, loss 2.0e-04 | 0.16 ms, 2.50x, loss 3.0e-03 "
+            "| openvino bf16, fp32 graph via deploy.load_plan | OpenVINO f32 (1.60x) | **1.25x** | 1.56x | yes |") in md
     assert "| mlp | – | 0.1 | 1.02x | 0.08 ms, 1.25x, loss 4.0e-04 |" in md
-    assert "| 0.09091 ms, 1.10x, loss 6.0e-04 | 0.1 ms, 1.00x, loss 2.0e-04 |" in md
-    assert "| **0.62x** | **below** |" in md                                    # mlp: under the 3 % goal
-    assert ("| geo-mean (2 models) | | 0.2 | 1.02x | 1.25x | 0.25x | 2.00x | 1.60x | 1.10x | 1.41x | | 1.60x "
-            "| **0.88x** | 1 of 3 |") in md
+    assert "| 0.09091 ms, 1.10x, loss 6.0e-04 | 0.09524 ms, 1.05x, loss 3.0e-04 | 0.1 ms, 1.00x, loss 2.0e-04 |" in md
+    assert "| **0.62x** | 0.78x | **below** |" in md                              # mlp: under the 3 % goal
+    assert ("| geo-mean (2 models) | | 0.2 | 1.02x | 1.25x | 0.25x | 2.00x | 1.60x | 1.10x | 1.05x | 1.41x | 1.77x "
+            "| | 1.60x | **0.88x** | 1.10x | 1 of 3 |") in md
     assert md.splitlines()[2].startswith("**1 of 3 models meet the 3 % goal**")
-    assert "fastest peer within accuracy.max_loss 0.01 1.60x, meta-infer against it **0.88x**" in md
+    assert "fastest peer within accuracy.max_loss 0.01 1.60x, meta-infer against it **0.88x** (weights=latency 1.10x)" in md
+    # the defaults are the headline; weights=latency beside them, in adapt's verify and in the same-run comparison
+    assert ("adapted vs default with the defaults (`weights=balanced`) (adapt's own verify, geometric mean over 2 "
+            "models): **1.41x**; 1 adapted, 1 kept the default; 1 failed; with weights=latency 1.77x (2 of 2 adapted)"
+            ) in md
+    assert "meta-infer 1.41x with the defaults (`weights=balanced`), 1.77x with weights=latency," in md
+    assert "| 2.50x, adapted, int8, binding |" in md                # the weights=latency adapt in the adapt table
+    assert "**capped** at 3 layers reverted to float" in md
     assert "**50x**" in md and "80.0 GB/s inside the 2048 KiB" in md                                              # adapted / roofline
     assert "| 997 | 40.0 | 133 | 0.301 | 10.00x |" in md                 # search scaling vs smallest
     assert "| fpga (modeled) | 10.0 (300) | 0.50 | 0.05x | firmware | 1.00 (Conv) | 100 / 200 | 0.10x |" in md
@@ -183,10 +196,11 @@ def test_peers_table_keeps_failed_models_and_every_column():
     rows = [{"name": "a", "compare": _compare(1.0, 0.5)}, {"name": "b", "error": "ValueError: no model"},
             {"name": "c", "compare": {k: v for k, v in _compare(2.0, 1.0).items() if k != "meta_infer"}}]
     lines = report.peers_table(rows, 0.1)
-    assert len(lines) == 2 + 3 + 1 and all(ln.count("|") == 15 for ln in lines), lines
+    assert len(lines) == 2 + 3 + 1 and all(ln.count("|") == 18 for ln in lines), lines
     assert lines[3].startswith("| b | – | failed: ValueError: no model |") and lines[3].endswith("| **failed** |")
-    assert "| – | – | OpenVINO default (2.00x) | **–** | **failed** |" in lines[4]   # no plan: no meta-infer
-    assert lines[-1].startswith("| geo-mean (2 models) |") and lines[-1].endswith("| | 2.00x | **1.00x** | 1 of 3 |")
+    assert "| – | 0.8 ms, 2.50x, loss 3.0e-03 | – | OpenVINO default (2.00x) | **–** | 1.25x | **failed** |" in lines[4]
+    assert lines[-1].startswith("| geo-mean (2 models) |") and lines[-1].endswith(
+        "| 2.00x | 2.50x | | 2.00x | **1.00x** | 1.25x | 1 of 3 |")
 
 
 TIMINGS = {"normalize_s": 0.3, "profile_s": 3.4, "train_s": 1.9, "search_s": 4.5, "verify_s": 4.2, "compile_s": 0.47,
@@ -217,19 +231,20 @@ def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means()
     lines = report.peers_table(r["models"], 0.01)
     rows = {ln.split(" | ")[0].removeprefix("| "): ln for ln in lines[2:]}
     assert list(rows) == ["resnet_tiny", "ppocr_cls", "silero_vad", "ddddocr_det", "magika_v3_3", "geo-mean (3 models)"]
-    assert all(ln.count("|") == 15 for ln in lines), lines
+    assert all(ln.count("|") == 18 for ln in lines), lines
     assert rows["resnet_tiny"].startswith("| resnet_tiny | zoo | 0.4 |") and rows["resnet_tiny"].endswith(
-        "| **1.25x** | yes |")
+        "| **1.25x** | 1.56x | yes |")
     assert rows["ppocr_cls"].startswith("| ppocr_cls | corpus, real inputs | 0.84 |")
-    assert rows["ppocr_cls"].endswith("| OpenVINO f32 (1.60x) | **0.96x** | **below** |")       # under 0.97
-    assert rows["silero_vad"].endswith("| **1.25x** (over max loss) | **over max_loss** |")
+    assert rows["ppocr_cls"].endswith("| OpenVINO f32 (1.60x) | **0.96x** | 1.31x | **below** |")   # under 0.97
+    assert rows["silero_vad"].endswith("| **1.25x** (over max loss) | 1.56x | **over max_loss** |")
     assert rows["ddddocr_det"].startswith("| ddddocr_det | corpus, real inputs | failed (timed out): no result within")
     assert rows["magika_v3_3"].startswith("| magika_v3_3 | corpus | failed (not fetched): corpus: not fetched")
     assert all(rows[k].endswith("| **failed** |") for k in ("ddddocr_det", "magika_v3_3"))
     # geo-means of every column over the three compared models
     g = [c.strip() for c in rows["geo-mean (3 models)"].strip("|").split("|")]
     assert g[2] == f"{(0.4 * 0.84 * 0.1) ** (1 / 3):.4g}" and g[3] == "1.02x" and g[4] == "1.25x"
-    assert g[-3] == "1.60x" and g[-2] == f"**{(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x**" and g[-1] == "1 of 5"
+    assert g[-4] == "1.60x" and g[-3] == f"**{(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x**" and g[-1] == "1 of 5"
+    assert g[-2] == f"{(1.5625 * 1.3125 * 1.5625) ** (1 / 3):.2f}x"       # weights=latency against the fastest peer
     s = report.goal_summary(r["models"], 0.01)
     assert s["met"] == 1 and s["total"] == 5 and [n for n, _ in s["below"]] == ["ppocr_cls"]
     assert s["other"] == [("silero_vad", "over max_loss"), ("ddddocr_det", "failed"), ("magika_v3_3", "failed")]
@@ -256,10 +271,11 @@ def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means()
     assert len(table) == 2 + 5 + 1 and len({ln.count("|") for ln in table}) == 1, table
     assert "**1 of 5 models meet the 3 % goal**" in block[1]
     assert table[3].startswith("| ppocr_cls | corpus, real inputs | 0.84 | 0.5 | 1.68x |")
-    assert "| 0.96x | **below** |" in table[3]
-    assert table[5] == "| ddddocr_det | corpus, real inputs | failed (timed out) ||||||||| failed || | 1800 |"
+    assert "| 0.96x | **below** | 2.10x | 1.31x |" in table[3]
+    assert table[5] == ("| ddddocr_det | corpus, real inputs | failed (timed out) |" + "  |" * 8 + " failed |"
+                        + "  |" * 4 + " 1800 |")
     assert table[-1].startswith(f"| geo-mean (3 models) | | {(0.4 * 0.84 * 0.1) ** (1 / 3):.3g} |")
-    assert f"| {(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x | 1 of 5 |" in table[-1]
+    assert f"| {(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x | 1 of 5 | {(2.5 * 2.1 * 2.5) ** (1 / 3):.2f}x | 1.47x |" in table[-1]
     assert "| max 2.0e-04 | 3 adapted |" in table[-1]
 
 
@@ -269,8 +285,8 @@ def test_readme_block_is_replaced_in_place_and_idempotent():
     once = report.replace_block(text, block)
     assert "old table" not in once and once.startswith("# T\n\nbefore\n\n") and once.endswith("\n\nafter\n")
     assert "| resnet_tiny | – | 0.4 | 0.2 | 2.00x |" in once and "2026-11-29 20:00 UTC" in once and "Test CPU" in once
-    assert "| 1.25x (4e-04) | 0.25x (3e-04) | OpenVINO f32 1.60x | 1.25x | yes | 1.02x | 50x | – |" in once
-    assert "| ppocr_rec | – | failed ||||||||| failed || | – |" in once
+    assert "| 1.25x (4e-04) | 0.25x (3e-04) | OpenVINO f32 1.60x | 1.25x | yes | 2.50x | 1.56x | 1.02x | 50x | – |" in once
+    assert "| ppocr_rec | – | failed |" + "  |" * 8 + " failed |" + "  |" * 4 + " – |" in once
     assert report.replace_block(once, block) == once
     for broken in ("no markers", f"{report.END} {report.BEGIN}", f"{report.BEGIN}{report.END}{report.BEGIN}{report.END}"):
         with pytest.raises(ValueError, match="exactly one"):

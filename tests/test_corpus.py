@@ -91,6 +91,20 @@ def test_real_inputs_respect_the_models_domains():
     ocr = corpus.BY_KEY["ppocr_rec"]
     img = ocr.make_inputs(ocr, 1, 0)["x"]
     assert -1.001 <= img.min() < -0.2 and img.max() <= 1.001  # dark strokes on a light page
+    cut = corpus.BY_KEY["deepcut"]
+    d = cut.make_inputs(cut, 2, 0)
+    assert d["input_1"].max() < len(corpus._DEEPCUT_CHARS) and d["input_2"].max() <= 11 and d["input_1"].min() >= 0
+    assert (d["input_1"][:, :, -1] >= corpus._DEEPCUT_CHARS.index("ก")).mean() > 0.5    # mostly Thai characters
+    assert corpus._DEEPCUT_CHARS.index("other") == 80 and corpus._DEEPCUT_CHARS.index("ก") == 94
+    lem = corpus.BY_KEY["frspell_lemma"]
+    w = lem.make_inputs(lem, 4, 0)
+    assert w["src"].max() < 156 and (w["src"] == 2).sum(axis=-1).tolist() == [[1]] * 4      # one <eos> per word
+    assert (w["tgt_in"][..., 0] == 1).all()                                                 # <bos> first
+    cap = corpus.BY_KEY["captcha_crnn"]
+    c = cap.make_inputs(cap, 2, 0)["image"]
+    assert 0 <= c.min() and c.max() <= 255 and c.max() > 100                               # 0..255, unscaled
+    mel = corpus.BY_KEY["wakeword_melspec"]
+    assert np.abs(mel.make_inputs(mel, 2, 0)["input"]).max() <= 1
 
 
 def test_fetch_reuses_its_cache_and_is_safe_concurrently(tmp_path, monkeypatch):
