@@ -440,6 +440,10 @@ CORPUS: list[CorpusModel] = [
                 {"input1": [1, 1, 64, 160]}, "ocr", "pytorch + onnxruntime dynamic quantization",
                 _text_line_inputs(HALF, gray=True),
                 "CRNN (CNN + LSTM, CTC), ConvInteger / DynamicQuantizeLSTM (com.microsoft)"),
+    CorpusModel("ddddocr_ocr", *DDDDOCR, "ddddocr/common.onnx",
+                {"input1": [1, 1, 64, 160]}, "ocr", "pytorch (opset 12)", _text_line_inputs(HALF, gray=True),
+                "CRNN (CNN + LSTM, CTC) whose declared output [1, seqlen] contradicts the [T, 1, C] its "
+                "Shape/Gather/Concat-driven Reshape computes: normalize repairs the declaration"),
     CorpusModel("basic_pitch_nmp", "basic-pitch", "0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
                 {"serving_default_input_2:0": [1, 43844, 1]}, "audio", "tf2onnx 1.15 (Keras)", _basic_pitch_inputs,
                 "Spotify Basic Pitch note/onset/contour CNN over a 2 s window at 22.05 kHz (CQT inside)"),
