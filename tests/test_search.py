@@ -88,7 +88,12 @@ def test_finds_better_plans_without_running_each_candidate(models, predictors, m
     assert res.top and all(c.score < res.default.score for c in res.top)
     assert len({c.key for c in res.top}) == len(res.top)
     assert all(1 <= c.changes <= 2 for c in res.top)
-    assert res.progress_levels == list(range(1, res.levels + 1))
+    # the dive's levels, then the widening's, each from the first on; the deepest is reported
+    dive = res.progress_levels[:next((i for i, lvl in enumerate(res.progress_levels) if i and lvl == 1),
+                                     len(res.progress_levels))]
+    widen = res.progress_levels[len(dive):]
+    assert dive == list(range(1, len(dive) + 1)) and widen == list(range(1, len(widen) + 1))
+    assert res.levels == max(res.progress_levels) == res.depth == 2
     assert {"expand_s", "apply_s", "hash_s", "evaluate_s", "sensitivity_s", "total_s"} <= set(res.timings)
     assert res.timings["total_s"] == pytest.approx(res.search_s, abs=1e-3)
     # accuracy: estimated from per-node sensitivity; only the best few get an exact run

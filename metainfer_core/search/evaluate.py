@@ -123,6 +123,21 @@ class Evaluator:
             c.accuracy_exact = c.accuracy_exact and not path.lossy
         return c
 
+    def measuring_s(self) -> float:
+        """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
+        return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
+            self.paths.seconds if self.paths is not None else 0.0)
+
+    def measures_anew(self, state: Candidate, action, params: dict) -> bool:
+        """Whether scoring `action` on `state` would measure something new (a precision's
+        sensitivity, an execution path on a class of graph): seconds on a large model, where a
+        re-used measurement costs nothing."""
+        if action.lossy and self.sensitivity is not None and not self.sensitivity.knows(action.name, params):
+            return True
+        if action.name == "binding" and self.paths is not None:
+            return not self.paths.knows(action.path(action.with_defaults(params)), state.model)
+        return False
+
     def _path_cost(self, c: Candidate, path: ExecutionPath):
         if self.paths is None:
             raise RuntimeError(f"candidate bound to {path.label}, but the evaluator measures no execution paths")

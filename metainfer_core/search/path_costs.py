@@ -95,10 +95,17 @@ class PathCosts:
         c = self.backend.compile(model)
         return [c.run(f) for f in self.feeds]
 
-    def cost(self, model: onnx.ModelProto) -> PathCost:
-        path = ExecutionPath.of(model)
+    @staticmethod
+    def _key(path: ExecutionPath, model: onnx.ModelProto) -> tuple:
         kind = graph_class(model)
-        key = (path, kind, quantized_ops(model) if kind == "int8-inputs" else ())
+        return path, kind, quantized_ops(model) if kind == "int8-inputs" else ()
+
+    def knows(self, path: ExecutionPath, model: onnx.ModelProto) -> bool:
+        """Whether binding `model` (its graph) to `path` is already measured."""
+        return self._key(path, model) in self._costs
+
+    def cost(self, model: onnx.ModelProto) -> PathCost:
+        key = self._key(ExecutionPath.of(model), model)
         if key not in self._costs:
             self._costs[key] = self._measure(model)
         return self._costs[key]

@@ -73,6 +73,10 @@ class Sensitivity:
         """What changes a node's numerics: the precision and its parameters, not the scope."""
         return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k != "scope"))
 
+    def knows(self, kind: str, params: dict) -> bool:
+        """Whether this variant's sensitivities are measured already (re-used by every plan)."""
+        return self.variant(kind, params) in self.parts
+
     def table(self, kind: str, params: dict) -> dict[str, float]:
         """Node -> its sensitivity lowered alone, for this variant (measured on first use)."""
         return self._parts(kind, params).table()
