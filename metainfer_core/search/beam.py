@@ -160,9 +160,10 @@ class _Search:
 
     # --- the budget -------------------------------------------------------------------------
     def out_of_time(self) -> bool:
-        if time.perf_counter() + self.warm_s > self.deadline:
-            self.result.stopped_by_budget = True
-        return self.result.stopped_by_budget
+        """Whether not even an expansion that re-uses every measurement would fit any more."""
+        over = time.perf_counter() + self.warm_s > self.deadline
+        self.result.stopped_by_budget |= over
+        return over
 
     def slice_end(self, end: float, levels_left: int) -> float:
         """A level's share of what is left until `end`: what a level leaves goes to the next."""

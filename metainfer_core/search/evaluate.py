@@ -153,6 +153,9 @@ class Evaluator:
     def set_baseline(self, default: Candidate) -> None:
         self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                        self.loss_fn)
+        if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
+            self.paths.know(default.model, self.reference)
+            self.sensitivity.on_run = self.paths.know
         self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)
