@@ -4,7 +4,9 @@ space) on generated residual CNNs of about 100, 300 and 1000 nodes, on a modeled
     python bench/search_scaling.py [--target gpu] [--nodes 100 300 1000] [--beam 8] [--depth 6]
 
 Each model is profiled on the target and a predictor trained first (not timed); the search
-time printed is beam_search's own wall time, with where it went. Prints one row per model."""
+time printed is beam_search's own wall time, with where it went. Prints one row per model, then
+whether the largest graph of about 1000 nodes or more met the goal: its search within GOAL_S,
+at the configured depth."""
 from __future__ import annotations
 
 import argparse
@@ -85,7 +87,7 @@ def run(n_nodes: int, target: str, beam: int, depth: int, db_dir: str) -> dict:
     res = beam_search(model, space(), ev, ctx, beam_width=beam, depth=depth, top_k=3, time_budget_s=600,
                       progress=lambda lvl, n, best: levels.append((lvl, n, round(time.perf_counter() - t0, 1))))
     return {"nodes": len(model.graph.node), "kernels_profiled": rep.measured, "search_s": res.search_s,
-            "evaluated": res.evaluated, "duplicates": res.duplicates, "levels": res.levels,
+            "evaluated": res.evaluated, "duplicates": res.duplicates, "levels": res.levels, "depth": res.depth,
             "budget_hit": res.stopped_by_budget, "timings": res.timings,
             "best": " > ".join(s.kind for s in res.top[0].steps) if res.top else "-"}
 
@@ -100,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     print(f"beam search scaling on {a.target} (modeled), beam {a.beam}, depth {a.depth}, default action space")
     print(f"{'nodes':>6} {'search_s':>9} {'candidates':>10} {'dups':>5} {'levels':>6}  time split")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="metainfer-bench-") as tmp:
         for n in a.nodes:
             r = run(n, a.target, a.beam, a.depth, tmp)
+            rows.append(r)
             t = r["timings"]
             split = ", ".join(f"{k.removesuffix('_s')} {t[k]:.1f}" for k in
                               ("expand_s", "apply_s", "hash_s", "evaluate_s", "sensitivity_s", "exact_s") if k in t)
@@ -110,7 +114,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{split}{'  (time budget hit)' if r['budget_hit'] else ''}  best: {r['best']}", flush=True)
             if a.verbose:
                 print(f"{'':>6} apply by action: {t.get('apply_by_action_s')}", flush=True)
+    large = [r for r in rows if r["nodes"] >= GOAL_NODES * 0.95]
+    if large:
+        r = max(large, key=lambda r: r["nodes"])
+        met = r["search_s"] <= GOAL_S and r["levels"] == r["depth"]
+        print(f"goal: a {r['nodes']}-node graph searches in at most {GOAL_S:.0f} s at its configured depth: "
+              f"{'met' if met else 'MISSED'} ({r['search_s']:.1f} s, depth {r['levels']} of {r['depth']}, "
+              f"{r['evaluated']} candidates scored)")
     return 0
+
+
+GOAL_NODES, GOAL_S = 1000, 30.0
 
 
 if __name__ == "__main__":

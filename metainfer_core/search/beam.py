@@ -156,7 +156,10 @@ class _Search:
         self.per_action: dict[str, float] = {}
         self.skipped: set[tuple] = set()     # expansions left out: they would have ended past the budget
         self.warm_s = 0.0       # the longest expansion that measured nothing new so far
-        self.fresh_s = 0.0      # the longest that measured a new precision's sensitivity or a new path
+        # the longest that measured a new precision's sensitivity or a new path; before the
+        # first, a few runs of the default plan at its predicted latency
+        self.fresh_s = evaluator.fresh_cost_prior_s()
+        self.fresh_seen = False
 
     # --- the budget -------------------------------------------------------------------------
     def out_of_time(self) -> bool:
@@ -187,8 +190,10 @@ class _Search:
         for state in states:
             t_exp = time.perf_counter()
             todo = in_budget_order(expansions(state, self.space, self.ctx, self.result))
-            if defer_directives:        # a directive ends a dive's growth: scored after the rewrites
-                todo = [t for t in todo if not _keeps(t)] + [t for t in todo if _keeps(t)]
+            if defer_directives:
+                # the dive: what re-uses every measurement first (it fits a level's slice), a
+                # directive last (it ends the dive's growth), else cheapest-first as ever
+                todo = sorted(todo, key=lambda t: (_keeps(t), self.evaluator.measures_anew(state, t[0], t[1])))
             self.clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
                 first = not frontier and not stepping
@@ -237,7 +242,8 @@ class _Search:
             cand = self.made[memo] = self._make(state, action, params, site, step)
             spent = time.perf_counter() - t_start
             if self.evaluator.measuring_s() > measured_before:
-                self.fresh_s = max(self.fresh_s, spent)
+                self.fresh_s = max(self.fresh_s, spent) if self.fresh_seen else spent
+                self.fresh_seen = True
             else:
                 self.warm_s = max(self.warm_s, spent)
         if cand is None:

@@ -128,6 +128,11 @@ class Evaluator:
         return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
             self.paths.seconds if self.paths is not None else 0.0)
 
+    def fresh_cost_prior_s(self) -> float:
+        """What measuring a new precision or path likely costs before any was: a few runs of
+        the default plan per validation input (plain, traced, bound, timed), at its prediction."""
+        return 0.0 if self.modeled else self.base_latency / 1e3 * (len(self.feeds) + 4)
+
     def measures_anew(self, state: Candidate, action, params: dict) -> bool:
         """Whether scoring `action` on `state` would measure something new (a precision's
         sensitivity, an execution path on a class of graph): seconds on a large model, where a

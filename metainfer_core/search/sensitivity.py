@@ -690,13 +690,29 @@ def _spread(den: np.ndarray) -> float:
     return float(den.max()) / median if median > 0 else (float("inf") if den.size and den.max() > 0 else 1.0)
 
 
+# the error statistics read a strided sample of about this many elements of a larger tensor
+# (per-channel sums scaled up by the sampling factor): a large graph's activations give stable
+# relative errors from a sample, and reading them whole cost more than the runs
+SAMPLED = 1 << 20
+
+
+def _view(a: np.ndarray) -> tuple[np.ndarray, float]:
+    """a as (batch, channel, rest), every step-th element of rest (a step sharing no factor with
+    the last axis, so a channels-last tensor's channels are all sampled), and rest's size over
+    the sample's."""
+    a = np.asarray(a)
+    a3 = a.reshape(1, 1, -1) if a.ndim < 2 else a.reshape(a.shape[0], a.shape[1], -1)
+    step = min(max(1, -(-a3.size // SAMPLED)), a3.shape[2] or 1)
+    while step > 1 and math.gcd(step, a.shape[-1] if a.ndim else 1) != 1:
+        step += 1
+    v = a3[:, :, ::step]
+    return v, (a3.shape[2] / v.shape[2]) if v.shape[2] else 1.0
+
+
 def _channels(a: np.ndarray) -> np.ndarray:
-    """Sum of squares per channel (axis 1; one value for a tensor of rank < 2)."""
-    a = np.asarray(a, dtype=np.float32)
-    sq = np.square(a)
-    if a.ndim < 2:
-        return np.array([float(sq.sum(dtype=np.float64))])
-    return sq.reshape(a.shape[0], a.shape[1], -1).sum(axis=(0, 2), dtype=np.float64)
+    """Sum of squares per channel (axis 1; one value for a tensor of rank < 2), from the sample."""
+    v, k = _view(a)
+    return np.square(np.asarray(v, dtype=np.float32)).sum(axis=(0, 2), dtype=np.float64) * k
 
 
 def _floored(den: np.ndarray) -> np.ndarray:
@@ -711,7 +727,8 @@ def _sq(v: np.ndarray) -> np.ndarray:
 def _sq_err(ref: np.ndarray, low: np.ndarray) -> np.ndarray:
     """|low - ref|^2 per channel (float32 differences: these tensors are large, and the sums
     need no more); a non-finite channel counts as large as the tensor's channel itself."""
-    total = _channels(np.subtract(low, ref, dtype=np.float32))
+    (r, k), (lo, _) = _view(ref), _view(low)
+    total = np.square(np.subtract(lo, r, dtype=np.float32)).sum(axis=(0, 2), dtype=np.float64) * k
     bad = ~np.isfinite(total)
     if bad.any():
         total[bad] = np.maximum(_sq(ref)[bad], 1.0)
