@@ -304,3 +304,29 @@ def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
     assert pick(float("inf")) == ["int8", "fp16", "int8_dynamic"]      # best score first
     assert pick(100.0) == ["int8", "int8_dynamic"]                      # fp16 (60 ms) no longer fits beside int8
     assert pick(runs_per_sample(1.0) * 1.0) == ["int8_dynamic"]
+
+
+def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monkeypatch):
+    """Each candidate's scoring slowed as on a large model (0.1 s): the budget ends during the
+    widening's first level, yet the dive has scored plans at the configured depth; no plan is
+    scored twice (the widening re-uses the dive's children), and the search ends near its budget."""
+    import time
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("gpu")
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    scored, real = [], Evaluator.evaluate
+
+    def slow(self, c, parent=None):
+        time.sleep(0.1)
+        scored.append(c.key)
+        return real(self, c, parent)
+
+    monkeypatch.setattr(Evaluator, "evaluate", slow)
+    levels = []
+    res = beam_search(m, SPACE, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=3,
+                      top_k=3, time_budget_s=2.0, progress=lambda lvl, n, best: levels.append(lvl))
+    assert res.depth == res.levels == 3 and levels[:3] == [1, 2, 3]
+    assert res.stopped_by_budget and res.skipped > 0
+    assert len(scored) == len(set(scored)) == res.evaluated
+    assert res.search_s < 2.0 + 3.0         # the exact checks of the best few come after

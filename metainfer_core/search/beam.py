@@ -76,7 +76,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     default = Candidate(default_model)
     evaluator.set_baseline(default)
     # the pool keeps the best few only (graphs are large)
-    run = _Search(default, evaluator, space, ctx, depth, 4 * max(beam_width, top_k), t0, time_budget_s)
+    run = _Search(default, evaluator, space, ctx, depth, top_k, 4 * max(beam_width, top_k), t0, time_budget_s)
     pool: list[Candidate] = []
 
     def report(level: int, frontier: list[Candidate], beam_size: int) -> None:
@@ -86,7 +86,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             progress(*args[:_arity(progress)])
 
     # the dive: one state per level, its children scored cheapest-first within the level's slice
-    state, dive_end = default, t0 + DIVE_SHARE * time_budget_s
+    state, dive_end = default, t0 + DIVE_SHARE * (run.deadline - t0)
     for level in range(1, depth + 1):
         frontier, stepping = run.expand([state], level, until=run.slice_end(dive_end, depth - level + 1),
                                         defer_directives=level < depth)
@@ -142,10 +142,11 @@ class _Search:
     best plan of each kind, and the clock that decides which expansion still fits the budget."""
 
     def __init__(self, default: Candidate, evaluator: Evaluator, space: dict, ctx: ActionContext, depth: int,
-                 keep: int, t0: float, budget_s: float):
+                 top_k: int, keep: int, t0: float, budget_s: float):
         self.evaluator, self.space, self.ctx = evaluator, space, ctx
         self.result = SearchResult(default=default, top=[], depth=depth)
-        self.deadline = t0 + budget_s
+        # the exact checks of the best few come after the expansions, inside the same budget
+        self.deadline = t0 + budget_s - min(budget_s / 4, top_k * evaluator.exact_cost_s())
         self.keep = keep
         self.seen = {self.result.default.key}
         self.made: dict[tuple, Candidate | None] = {}        # (state key, step) -> its child
@@ -158,7 +159,7 @@ class _Search:
         self.warm_s = 0.0       # the longest expansion that measured nothing new so far
         # the longest that measured a new precision's sensitivity or a new path; before the
         # first, a few runs of the default plan at its predicted latency
-        self.fresh_s = evaluator.fresh_cost_prior_s()
+        self.fresh_s = evaluator.fresh_cost_prior_s(any(ACTIONS[a].lossy for a in space))
         self.fresh_seen = False
 
     # --- the budget -------------------------------------------------------------------------

@@ -45,6 +45,11 @@ def graph_ms(cost_model: CostModel, kernels: list[Kernel], infos) -> float:
         return float(cost_model.predict_ms(kernels))
 
 
+# a precision's sensitivity costs about this many times the fp32 pass every precision shares
+# (a plain run per input, a traced run of twice the graph, the error statistics)
+PASSES_PER_PRECISION = 5
+
+
 class Evaluator:
     def __init__(self, cost_model: CostModel, target: TargetInfo, weights: Weights, max_loss: float,
                  feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
@@ -128,10 +133,19 @@ class Evaluator:
         return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
             self.paths.seconds if self.paths is not None else 0.0)
 
-    def fresh_cost_prior_s(self) -> float:
+    def fresh_cost_prior_s(self, lossy: bool = True) -> float:
         """What measuring a new precision or path likely costs before any was: a few runs of
-        the default plan per validation input (plain, traced, bound, timed), at its prediction."""
-        return 0.0 if self.modeled else self.base_latency / 1e3 * (len(self.feeds) + 4)
+        the default plan per validation input at its predicted latency (measured targets),
+        and, where the search may lower precision, a few times what the sensitivities' shared
+        fp32 pass took (measured now: it is needed by the first precision anyway)."""
+        runs = 0.0 if self.modeled else self.base_latency / 1e3 * (len(self.feeds) + 4)
+        shared = self.sensitivity.prepare() if lossy and self.sensitivity is not None else 0.0
+        return max(runs, PASSES_PER_PRECISION * shared)
+
+    def exact_cost_s(self) -> float:
+        """What one exact check likely costs: the default's runs over the validation inputs, at
+        its predicted latency (0 on a modeled target, whose latencies are not the host's)."""
+        return 0.0 if self.modeled else self.base_latency / 1e3 * len(self.feeds)
 
     def measures_anew(self, state: Candidate, action, params: dict) -> bool:
         """Whether scoring `action` on `state` would measure something new (a precision's

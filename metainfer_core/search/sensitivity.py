@@ -207,6 +207,22 @@ class Sensitivity:
         even.own = {n: loss / max(len(parts.own), 1) for n in parts.own}
         return even
 
+    def prepare(self) -> float:
+        """Measure what every variant shares (the fp32 activations and their norms) now; its
+        seconds, a yardstick for what a variant will cost on this graph."""
+        t0 = time.perf_counter()
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            self._norms()
+        spent = time.perf_counter() - t0
+        self.seconds += spent
+        return spent
+
+    def _norms(self) -> None:
+        if self._den is None:
+            fp32 = self._fp32_values()
+            self._den = {t: sum(_sq(f[t]) for f in fp32) for t in fp32[0]} if fp32 else {}
+            self._size = {t: int(np.size(v)) for t, v in fp32[0].items()} if fp32 else {}
+
     def _acts(self) -> list[str]:
         """The fp32 graph's float32 activations (graph inputs and node outputs)."""
         if self._activations is None:
@@ -239,9 +255,7 @@ class Sensitivity:
         activation it stands for, and the squared differences the trace asks for, each over
         the activation's squared norm (sums over the validation inputs)."""
         fp32 = self._fp32_values()
-        if self._den is None:
-            self._den = {t: sum(_sq(f[t]) for f in fp32) for t in fp32[0]} if fp32 else {}
-            self._size = {t: int(np.size(v)) for t, v in fp32[0].items()} if fp32 else {}
+        self._norms()
         den, trace.size = self._den, self._size
         num: dict[str, float] = {}
         pair: dict[tuple[str, str], float] = {}
