@@ -158,7 +158,7 @@ class _Search:
         self.skipped: set[tuple] = set()     # expansions left out: they would have ended past the budget
         self.warm_s = 0.0       # the longest expansion that measured nothing new so far
         # the longest that measured a new precision's sensitivity or a new path; before the
-        # first, a few runs of the default plan at its predicted latency
+        # first, an estimate (Evaluator.fresh_cost_prior_s)
         self.fresh_s = evaluator.fresh_cost_prior_s(any(ACTIONS[a].lossy for a in space))
         self.fresh_seen = False
 
