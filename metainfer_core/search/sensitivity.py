@@ -683,9 +683,12 @@ class _Parts:
 
 
 def _runs(model: onnx.ModelProto, names: list[str], feeds: list[dict[str, np.ndarray]]):
-    """The named tensors, one list per feed, from one session (run_cpu's settings); one
+    """The named tensors, one list per feed, from one session (one thread, as run_cpu); one
     feed's values at a time, so a large graph need not hold every sample's intermediates."""
-    so = quiet_session_options(intra_op_num_threads=1)
+    # basic optimisations only: an exposed graph (thousands of outputs, twins beside every
+    # node) takes seconds to optimise fully, and every value it reads is exposed anyway
+    so = quiet_session_options(intra_op_num_threads=1,
+                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     spec = {i.name for i in sess.get_inputs()}
     for f in feeds:
