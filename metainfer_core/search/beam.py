@@ -111,8 +111,9 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         report(level, frontier, len(beam))
     result = run.result
     result.skipped = len(run.skipped)
-    result.top = _exact_top(pool, default, evaluator, top_k, result)
-    result.top += _explorers(run.best_of_kind, result.top, evaluator, explore, explore_round_ms, result)
+    end = t0 + time_budget_s       # no exact check starts after it
+    result.top = _exact_top(pool, default, evaluator, top_k, result, end)
+    result.top += _explorers(run.best_of_kind, result.top, evaluator, explore, explore_round_ms, result, end)
     result.search_s = time.perf_counter() - t0
     result.timings = {k: round(v, 4) for k, v in {**run.clock, **evaluator.timings, "total_s": result.search_s}.items()}
     if evaluator.sensitivity is not None:
@@ -121,7 +122,8 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     return result
 
 
-DIVE_SHARE = 0.5        # of the search's budget, at most, for the dive to full depth
+DIVE_SHARE = 0.5        # of the expansions' time, at most, for the dive to full depth
+EXACT_SHARE = 0.2       # of the search's budget kept for the exact checks of the best lossy plans
 
 
 def _best(pool: list[Candidate], new: list[Candidate], keep: int) -> list[Candidate]:
@@ -145,8 +147,9 @@ class _Search:
                  top_k: int, keep: int, t0: float, budget_s: float):
         self.evaluator, self.space, self.ctx = evaluator, space, ctx
         self.result = SearchResult(default=default, top=[], depth=depth)
-        # the exact checks of the best few come after the expansions, inside the same budget
-        self.deadline = t0 + budget_s - min(budget_s / 4, top_k * evaluator.exact_cost_s())
+        # the exact checks of lossy plans come after the expansions, inside the same budget
+        lossy = any(ACTIONS[a].lossy for a in space)
+        self.deadline = t0 + budget_s * (1 - EXACT_SHARE * lossy)
         self.keep = keep
         self.seen = {self.result.default.key}
         self.made: dict[tuple, Candidate | None] = {}        # (state key, step) -> its child
@@ -159,7 +162,7 @@ class _Search:
         self.warm_s = 0.0       # the longest expansion that measured nothing new so far
         # the longest that measured a new precision's sensitivity or a new path; before the
         # first, an estimate (Evaluator.fresh_cost_prior_s)
-        self.fresh_s = evaluator.fresh_cost_prior_s(any(ACTIONS[a].lossy for a in space))
+        self.fresh_s = evaluator.fresh_cost_prior_s(lossy)
         self.fresh_seen = False
 
     # --- the budget -------------------------------------------------------------------------
@@ -342,7 +345,7 @@ def _breadth(kind: tuple) -> int:
 
 
 def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
-               round_ms: float, result: SearchResult) -> list[Candidate]:
+               round_ms: float, result: SearchResult, end: float = float("inf")) -> list[Candidate]:
     have = {kind_of(c) for c in top}
     out: list[Candidate] = []
     # single kinds first (one precision or one path alone says most about what the predictor missed)
@@ -355,6 +358,9 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
         if cost_ms > round_ms:
             continue
         if not c.accuracy_exact:
+            if time.perf_counter() > end:
+                result.stopped_by_budget = True
+                continue
             try:
                 evaluator.exact(c)
             except Exception as exc:  # noqa: BLE001 - dropped with its reason
@@ -369,15 +375,16 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
 
 
 def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, top_k: int,
-               result: SearchResult) -> list[Candidate]:
-    """The best `top_k` better than the default, with exact accuracy for the lossy ones."""
+               result: SearchResult, end: float = float("inf")) -> list[Candidate]:
+    """The best `top_k` better than the default, with exact accuracy for the lossy ones (those
+    not checked by `end` are left out)."""
     top: list[Candidate] = []
     checks = 0
     for c in sorted(pool, key=lambda c: c.score):
         if len(top) == top_k or c.score >= default.score:
             break
         if not c.accuracy_exact:
-            if checks >= EXACT_CHECKS_PER_SLOT * top_k:
+            if checks >= EXACT_CHECKS_PER_SLOT * top_k or time.perf_counter() > end:
                 continue
             checks += 1
             try:

@@ -142,11 +142,6 @@ class Evaluator:
         shared = self.sensitivity.prepare() if lossy and self.sensitivity is not None else 0.0
         return max(runs, PASSES_PER_PRECISION * shared)
 
-    def exact_cost_s(self) -> float:
-        """What one exact check likely costs: the default's runs over the validation inputs, at
-        its predicted latency (0 on a modeled target, whose latencies are not the host's)."""
-        return 0.0 if self.modeled else self.base_latency / 1e3 * len(self.feeds)
-
     def measures_anew(self, state: Candidate, action, params: dict) -> bool:
         """Whether scoring `action` on `state` would measure something new (a precision's
         sensitivity, an execution path on a class of graph): seconds on a large model, where a
