@@ -187,7 +187,7 @@ class _Search:
     # --- expanding --------------------------------------------------------------------------
     def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False):
         """Score the states' children cheapest-first (in_budget_order) while they fit by `until`
-        (the level's first that re-uses every measurement while it fits the budget); returns (children within the bounds,
+        (the level's first while it fits the budget); returns (children within the bounds,
         children over the memory limit: expanded, never returned)."""
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []
@@ -200,9 +200,9 @@ class _Search:
                 todo = sorted(todo, key=lambda t: (_keeps(t), self.evaluator.measures_anew(state, t[0], t[1])))
             self.clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
-                # a level's first may run past its slice (within the budget), unless it measures
-                # something new: the dive must not spend the budget on one measurement
-                first = not frontier and not stepping and not self.evaluator.measures_anew(state, action, params)
+                # a level's first may run past its slice (within the budget): a dive whose state
+                # has nothing cheap left to add still goes deeper
+                first = not frontier and not stepping
                 cand = self.consider(state, action, params, site, frontier, stepping,
                                      self.deadline if first else until)
                 if cand is not None and self.lookahead and action.lossy:
