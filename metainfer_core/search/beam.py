@@ -309,18 +309,23 @@ def _keeps(todo_item) -> bool:
     return action.keeps_graph(action.with_defaults(params))
 
 
+# the width of each lossy action's numbers: the narrowest promises the most speed where legal
+_BITS = {"int8": 8, "int8_dynamic": 8, "fp16": 16, "bf16": 16}
+
+
 def in_budget_order(todo) -> list:
     """Plan-wide directives (an execution path, a memory policy) cost no rewrite: scored first,
     then the low-precision rewrites, then the rest, so a time budget spent on expensive rewrites
     of a large graph still sees the other paths and precisions the target offers. Within each
-    group the actions take turns (each one's first choice, then each one's second...): on a slow
-    model a few fp16 variants, each bound and timed on every path, must not use up the time int8
-    needed."""
+    group the actions take turns (each one's first choice, then each one's second...), the
+    narrower precision first within a turn: on a slow model a few fp16 variants, each bound and
+    timed on every path, must not use up the time int8 needed."""
     todo, turn, seen = list(todo), [], {}
     for action, _, _ in todo:
         turn.append(seen.get(action.name, 0))
         seen[action.name] = turn[-1] + 1
-    keyed = [((not a.keeps_graph(a.with_defaults(p)), not a.lossy, turn[i]), i) for i, (a, p, _) in enumerate(todo)]
+    keyed = [((not a.keeps_graph(a.with_defaults(p)), not a.lossy, turn[i], _BITS.get(a.name, 32)), i)
+             for i, (a, p, _) in enumerate(todo)]
     return [todo[i] for _, i in sorted(keyed)]
 
 
