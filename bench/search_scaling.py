@@ -1,10 +1,12 @@
 """Search time against graph size: beam search (beam 8, depth 6 by default, the default action
 space) on generated residual CNNs of about 100, 300 and 1000 nodes, on a modeled target.
 
-    python bench/search_scaling.py [--target gpu] [--nodes 100 300 1000] [--beam 8] [--depth 6]
+    python bench/search_scaling.py [--target gpu] [--nodes 100 300 1000] [--beam 8] [--depth 6] [--budget 30]
 
 Each model is profiled on the target and a predictor trained first (not timed); the search
-time printed is beam_search's own wall time, with where it went. Prints one row per model."""
+time printed is beam_search's own wall time, with where it went. Prints one row per model, then
+whether the largest graph of about 1000 nodes or more met the goal: within a search budget of
+GOAL_S (--budget), the search reaches its configured depth and ends in time."""
 from __future__ import annotations
 
 import argparse
@@ -59,7 +61,7 @@ def space() -> dict:
     return {k: dict(v or {}) for k, v in cfg["actions"].items()}
 
 
-def run(n_nodes: int, target: str, beam: int, depth: int, db_dir: str) -> dict:
+def run(n_nodes: int, target: str, beam: int, depth: int, db_dir: str, budget_s: float = 600.0) -> dict:
     model = normalize(residual_cnn(n_nodes), {"input": [1, 16, 16, 16]}).model
     be = target_backend(target)
     feeds = [random_feeds(model, seed=i) for i in range(2)]
@@ -82,10 +84,10 @@ def run(n_nodes: int, target: str, beam: int, depth: int, db_dir: str) -> dict:
     ev = Evaluator(cm, be.info, Weights(1.0, 0.3, 1.0, 0.02), 0.01, feeds, reference, lossy, ctx=ctx)
     levels = []
     t0 = time.perf_counter()
-    res = beam_search(model, space(), ev, ctx, beam_width=beam, depth=depth, top_k=3, time_budget_s=600,
+    res = beam_search(model, space(), ev, ctx, beam_width=beam, depth=depth, top_k=3, time_budget_s=budget_s,
                       progress=lambda lvl, n, best: levels.append((lvl, n, round(time.perf_counter() - t0, 1))))
     return {"nodes": len(model.graph.node), "kernels_profiled": rep.measured, "search_s": res.search_s,
-            "evaluated": res.evaluated, "duplicates": res.duplicates, "levels": res.levels,
+            "evaluated": res.evaluated, "duplicates": res.duplicates, "levels": res.levels, "depth": res.depth,
             "budget_hit": res.stopped_by_budget, "timings": res.timings,
             "best": " > ".join(s.kind for s in res.top[0].steps) if res.top else "-"}
 
@@ -96,13 +98,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 300, 1000])
     ap.add_argument("--beam", type=int, default=8)
     ap.add_argument("--depth", type=int, default=6)
+    ap.add_argument("--budget", type=float, default=GOAL_S, help="the search's time budget (s)")
     ap.add_argument("--verbose", action="store_true", help="also print where the apply time went")
     a = ap.parse_args(argv)
-    print(f"beam search scaling on {a.target} (modeled), beam {a.beam}, depth {a.depth}, default action space")
+    print(f"beam search scaling on {a.target} (modeled), beam {a.beam}, depth {a.depth}, budget {a.budget:g} s, "
+          "default action space")
     print(f"{'nodes':>6} {'search_s':>9} {'candidates':>10} {'dups':>5} {'levels':>6}  time split")
+    rows = []
     with tempfile.TemporaryDirectory(prefix="metainfer-bench-") as tmp:
         for n in a.nodes:
-            r = run(n, a.target, a.beam, a.depth, tmp)
+            r = run(n, a.target, a.beam, a.depth, tmp, a.budget)
+            rows.append(r)
             t = r["timings"]
             split = ", ".join(f"{k.removesuffix('_s')} {t[k]:.1f}" for k in
                               ("expand_s", "apply_s", "hash_s", "evaluate_s", "sensitivity_s", "exact_s") if k in t)
@@ -110,7 +116,17 @@ def main(argv: list[str] | None = None) -> int:
                   f"{split}{'  (time budget hit)' if r['budget_hit'] else ''}  best: {r['best']}", flush=True)
             if a.verbose:
                 print(f"{'':>6} apply by action: {t.get('apply_by_action_s')}", flush=True)
+    large = [r for r in rows if r["nodes"] >= GOAL_NODES * 0.95]
+    if large:
+        r = max(large, key=lambda r: r["nodes"])
+        met = r["search_s"] <= GOAL_S and r["levels"] == r["depth"]
+        print(f"goal: a {r['nodes']}-node graph searches in at most {GOAL_S:.0f} s, to its configured depth: "
+              f"{'met' if met else 'MISSED'} ({r['search_s']:.1f} s, depth {r['levels']} of {r['depth']}, "
+              f"{r['evaluated']} candidates scored)")
     return 0
+
+
+GOAL_NODES, GOAL_S = 1000, 30.0
 
 
 if __name__ == "__main__":

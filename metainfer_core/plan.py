@@ -187,10 +187,12 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                      if prepared.degenerate else [])
                     + [f"normalize: {w}" for w in prepared.normalized.warnings]
                     + [f"budget: {w}" for w in (budget.warnings if budget is not None else [])]
+                    + [f"search: {w}" for w in outcome.extra.get("warnings", [])]
                     + silent_problems(info, outcome, verified, chosen_v),
         "profile": {"measured": profile_report.measured, "reused": profile_report.reused,
                     "skipped": profile_report.skipped[:20], "left": profile_report.left},
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,
+                    "depth": outcome.result.depth, "skipped": outcome.result.skipped,
                     "duplicates": outcome.result.duplicates, "pruned": outcome.result.pruned,
                     "illegal": outcome.result.illegal, "failed": outcome.result.failed,
                     "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings,

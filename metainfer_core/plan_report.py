@@ -191,6 +191,13 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 
+def search_text(search: dict) -> str:
+    """How far the search got: the depth reached of the configured one, candidates scored."""
+    depth = f" of {search['depth']}" if search.get("depth") else ""
+    return (f"depth {search.get('levels', '-')}{depth} reached, {search.get('evaluated', '-')} candidates scored"
+            + (", stopped by the budget" if search.get("stopped_by_budget") else ""))
+
+
 def summary_text(plan: dict, report_path: str | None = None) -> str:
     """The end-of-run summary: what was done, default vs chosen, why, stage times, warnings."""
     lines = [headline(plan)]
@@ -202,6 +209,8 @@ def summary_text(plan: dict, report_path: str | None = None) -> str:
         lines.append(f"note: {target['note']}")         # the table's latencies are not measurements
     lines.append(f"why: {named_reason(plan)}")
     lines.append(f"stages: {stage_text(plan)}")
+    if plan.get("search"):
+        lines.append(f"search: {search_text(plan['search'])}")
     for w in plan.get("warnings") or []:
         lines.append(f"WARNING: {w}")
     if report_path:
@@ -286,8 +295,7 @@ def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
             f"driver {target.get('driver')}, runtime {target.get('runtime')}",
             f"- fingerprint version: {plan.get('fingerprint_version')}; predictor: {pred.get('n_records')} records, "
             f"validation MAPE {_loss(pred.get('val_mape'))}",
-            f"- search: {search.get('evaluated', '-')} candidates scored over {search.get('levels', '-')} levels"
-            + (", stopped by the budget" if search.get("stopped_by_budget") else ""),
+            f"- search: {search_text(search)}",
             f"- model: {(plan.get('model') or {}).get('source')}, sha256 {(plan.get('model') or {}).get('sha256')}",
             f"- artifact: {plan.get('artifact')}", f"- MLflow run: {plan.get('mlflow_run_id')}", ""]
     return "\n".join(out)

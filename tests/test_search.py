@@ -88,7 +88,12 @@ def test_finds_better_plans_without_running_each_candidate(models, predictors, m
     assert res.top and all(c.score < res.default.score for c in res.top)
     assert len({c.key for c in res.top}) == len(res.top)
     assert all(1 <= c.changes <= 2 for c in res.top)
-    assert res.progress_levels == list(range(1, res.levels + 1))
+    # the dive's levels, then the widening's, each from the first on; the deepest is reported
+    dive = res.progress_levels[:next((i for i, lvl in enumerate(res.progress_levels) if i and lvl == 1),
+                                     len(res.progress_levels))]
+    widen = res.progress_levels[len(dive):]
+    assert dive == list(range(1, len(dive) + 1)) and widen == list(range(1, len(widen) + 1))
+    assert res.levels == max(res.progress_levels) == res.depth == 2
     assert {"expand_s", "apply_s", "hash_s", "evaluate_s", "sensitivity_s", "total_s"} <= set(res.timings)
     assert res.timings["total_s"] == pytest.approx(res.search_s, abs=1e-3)
     # accuracy: estimated from per-node sensitivity; only the best few get an exact run
@@ -299,3 +304,29 @@ def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
     assert pick(float("inf")) == ["int8", "fp16", "int8_dynamic"]      # best score first
     assert pick(100.0) == ["int8", "int8_dynamic"]                      # fp16 (60 ms) no longer fits beside int8
     assert pick(runs_per_sample(1.0) * 1.0) == ["int8_dynamic"]
+
+
+def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monkeypatch):
+    """Each candidate's scoring slowed as on a large model (0.1 s): the budget ends during the
+    widening's first level, yet the dive has scored plans at the configured depth; no plan is
+    scored twice (the widening re-uses the dive's children), and the search ends near its budget."""
+    import time
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("gpu")
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    scored, real = [], Evaluator.evaluate
+
+    def slow(self, c, parent=None):
+        time.sleep(0.1)
+        scored.append(c.key)
+        return real(self, c, parent)
+
+    monkeypatch.setattr(Evaluator, "evaluate", slow)
+    levels = []
+    res = beam_search(m, SPACE, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=3,
+                      top_k=3, time_budget_s=2.0, progress=lambda lvl, n, best: levels.append(lvl))
+    assert res.depth == res.levels == 3 and levels[:3] == [1, 2, 3]
+    assert res.stopped_by_budget and res.skipped > 0
+    assert len(scored) == len(set(scored)) == res.evaluated
+    assert res.search_s < 2.0 + 3.0         # the exact checks of the best few come after

@@ -74,7 +74,8 @@ def alone(kind: str, m, feeds, reference, ctx, params: dict, nodes) -> dict[str,
 
 def test_a_variant_costs_a_few_whole_model_runs_whatever_the_node_count(monkeypatch, zoo):
     """Counted on ONNX Runtime itself: every InferenceSession.run call is one pass over one
-    validation input. The first variant pays the fp32 exposed run too, later ones only theirs."""
+    validation input. The first variant pays the fp32 exposed run too, a later precision its
+    plain and traced runs, another variant of a traced precision its plain run only."""
     calls = {"n": 0}
     real_run = ort.InferenceSession.run
 
@@ -94,14 +95,16 @@ def test_a_variant_costs_a_few_whole_model_runs_whatever_the_node_count(monkeypa
         for kind, params in variants:
             before_calls, before_probes = calls["n"], s.probes
             table = s.table(kind, params)
-            assert table and set(s.methods.values()) == {"one-pass"}
+            assert table and set(s.methods.values()) <= {"one-pass", "scaled"}
             runs.append((calls["n"] - before_calls) / len(feeds))
             assert s.probes - before_probes == runs[-1]          # .probes counts whole-model runs
         monkeypatch.setattr(ort.InferenceSession, "run", real_run)
         per_model[name] = (len(m.graph.node), runs)
     assert per_model["deep_chain"][0] == 123 > MAX_PROBES       # block probing would have spent 48 runs here
     for nodes, runs in per_model.values():
-        assert runs == [3, 2, 2], per_model                     # fp32 exposed once, then plain + traced
+        # fp32 exposed once, then plain + traced; int8's second variant re-uses int8's trace
+        assert runs == [3, 1, 2], per_model
+    assert s.methods[Sensitivity.variant("int8", dict(INT8, activation_type="QInt8"))] == "scaled"
     probes = s.probes
     s.table("int8", dict(INT8, scope="compute"))                # another scope, the same variant: no new run
     assert s.probes == probes
@@ -205,3 +208,54 @@ def test_a_graph_the_trace_cannot_take_falls_back_to_bounded_block_probes():
     assert s.probes == 3 and set(table) == set(step.site.nodes)     # 6 nodes in 3 blocks
     exact = plan_loss(reference, run_cpu(ACTIONS["fp16"].apply(m, step.site, {"scope": "all"}, ctx), feeds))
     assert 0 < exact / 10 <= s.estimate((step,)) <= exact * 10      # fp16 rounding: the order of magnitude
+
+
+# --- numerics -----------------------------------------------------------------------------------
+
+def overflowing_graph():
+    """x -> MatMul -> Exp (values past fp16's 65504) -> Mul 1e-6 -> Add (x -> MatMul) -> Relu."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 16)) * 1.5).astype(np.float32), "W1"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "k"),
+             numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.3).astype(np.float32), "W2")]
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"], name="mm"),
+             helper.make_node("Exp", ["h"], ["e"], name="exp"),
+             helper.make_node("Mul", ["e", "k"], ["es"], name="scale"),
+             helper.make_node("MatMul", ["x", "W2"], ["b"], name="small"),
+             helper.make_node("Add", ["es", "b"], ["s"], name="add"),
+             helper.make_node("Relu", ["s"], ["y"], name="relu")]
+    return model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])], inits)
+
+
+def test_an_fp16_overflow_is_a_finding_not_a_nan_or_a_warning():
+    """Where a layer's values overflow fp16 (inf), that layer cannot take fp16: it counts as a
+    large loss, the layers that can are still measured, no NaN reaches an estimate and no numpy
+    warning reaches the terminal."""
+    import warnings
+
+    from metainfer_core.search.sensitivity import OVERFLOW_LOSS
+
+    m, feeds, reference, ctx = prepared(overflowing_graph())
+    params = {"scope": "all"}
+    everything = ACTIONS["fp16"].apply(m, ACTIONS["fp16"].sites(m, params, ctx.target)[0], params, ctx)
+    from metainfer_core.normalize.graph_utils import with_outputs
+    exposed = with_outputs(everything, {"e|fp16": TensorProto.FLOAT16})
+    assert not np.isfinite(run_cpu(exposed, feeds)[0][-1]).all()       # its fp16 values do overflow
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # any RuntimeWarning fails the test
+        sens = Sensitivity(m, feeds, reference, ctx)
+        table = sens.table("fp16", params)
+        benign = sens.estimate((Step("fp16", Site(("small", "add", "relu"), "some"), tuple(params.items())),))
+        bad = sens.estimate((Step("fp16", Site(("exp", "small"), "some"), tuple(params.items())),))
+    assert sens.methods[Sensitivity.variant("fp16", params)] == "one-pass"
+    assert all(np.isfinite(v) for v in table.values())
+    # where the overflow starts, and the Mul reading those values (they overflow in its own rounding)
+    assert set(sens.overflows[Sensitivity.variant("fp16", params)]) <= {"exp", "scale"}
+    assert "exp" in sens.overflows[Sensitivity.variant("fp16", params)]
+    assert table["exp"] >= OVERFLOW_LOSS
+    assert bad >= OVERFLOW_LOSS and 0 <= benign < 0.01
+    # the estimate for the layers that take fp16 stands for a real run of that plan
+    lowered = ACTIONS["fp16"].apply(m, Site(("small", "add", "relu"), "some"), params, ctx)
+    assert plan_loss(reference, run_cpu(lowered, feeds)) < 0.01
+    assert any("exp" in f and "fp16" in f for f in sens.findings())

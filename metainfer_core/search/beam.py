@@ -1,6 +1,9 @@
 """Beam search over action sequences. Each level expands every beam state by every legal
 (action, parameter choice, site); equivalent graphs are merged by their canonical hash;
 candidates that break a hard constraint are pruned; the best `beam_width` by score go on.
+A greedy dive to full depth along the best child comes first, so a budget that ends early has
+still scored combinations; an expansion that would end past the budget is left out, cheaper
+ones after it still run.
 Actions enable each other: a rewrite at one level can open sites at the next, and a state
 over the device's memory limit stays expandable (a later tiling, buffer reuse or int8 step may
 bring it under; over the limit it is never returned). At the end, the
@@ -48,6 +51,8 @@ class SearchResult:
     duplicates: int = 0
     timings: dict[str, float] = field(default_factory=dict)  # where the search's own time went
     leanest: Candidate | None = None     # the plan with the least peak memory among those over the limit
+    depth: int = 0                       # the configured depth (levels: the deepest one reached)
+    skipped: int = 0                     # expansions left out because they would not fit the budget
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
@@ -62,46 +67,223 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     actions and execution path a plan uses) that the top lacks, even when the predictor ranks it
     below the default: a kind the predictor has barely seen (a new quantization mode, another
     runtime) is measured rather than dismissed. explore_round_ms: what the explored plans may
-    add to one verify round, at their predicted latencies (a slow model verifies fewer)."""
+    add to one verify round, at their predicted latencies (a slow model verifies fewer).
+
+    First a greedy dive to full depth along the best child (within DIVE_SHARE of the budget),
+    then the beam widens from the root over what is left: a budget that ends early has still
+    scored combinations. A child is made and scored once (the widening finds the dive's again)."""
     t0 = time.perf_counter()
-    clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
-    per_action: dict[str, float] = {}
     default = Candidate(default_model)
     evaluator.set_baseline(default)
-    result = SearchResult(default=default, top=[])
-    seen = {default.key}
+    # the pool keeps the best few only (graphs are large)
+    run = _Search(default, evaluator, space, ctx, depth, top_k, 4 * max(beam_width, top_k), t0, time_budget_s)
     pool: list[Candidate] = []
-    keep = 4 * max(beam_width, top_k)       # the pool keeps the best few only (graphs are large)
-    beam = [default]
-    best_of_kind: dict[tuple, Candidate] = {}
-    lookahead = {k: v for k, v in space.items() if k == "binding"}
-    ahead_of: dict[int, float | None] = {}     # graph -> its best bound plan's score; bound plan -> None
 
-    def consider(state: Candidate, action, params, site, frontier: list, stepping: list) -> Candidate | None:
-        """Apply one expansion, score it, file it in the frontier; the candidate, or None when
-        it fails, repeats a seen plan or breaks a bound other than memory."""
+    def report(level: int, frontier: list[Candidate], beam_size: int) -> None:
+        if progress:        # (level, new candidates within the bounds, best score[, beam size])
+            best = min((c.score for c in pool), default=float("nan"))
+            args = (level, len(frontier), best, beam_size)
+            progress(*args[:_arity(progress)])
+
+    # the dive: one state per level, its children scored cheapest-first within the level's slice
+    state, dive_end = default, t0 + DIVE_SHARE * (run.deadline - t0)
+    for level in range(1, depth + 1):
+        frontier, stepping = run.expand([state], level, until=run.slice_end(dive_end, depth - level + 1),
+                                        defer_directives=level < depth)
+        pool = _best(pool, frontier, run.keep)
+        if not frontier and not stepping:
+            break
+        report(level, frontier, 1)
+        nxt = run.ranked([c for c in frontier + stepping if level == depth or not _ends_in_directive(c)])
+        if not nxt or run.out_of_time():
+            break
+        state = nxt[0]
+    # the widening: the beam from the root over the whole budget, the dive's children re-used
+    beam = [default]
+    for level in range(1, depth + 1):
+        if run.out_of_time():
+            break
+        frontier, stepping = run.expand(beam, level, until=run.deadline)
+        if not frontier and not stepping:
+            break
+        beam = run.ranked(frontier + stepping)[:beam_width]
+        pool = _best(pool, frontier, run.keep)
+        report(level, frontier, len(beam))
+    result = run.result
+    result.skipped = len(run.skipped)
+    end = t0 + time_budget_s       # no exact check starts after it
+    result.top = _exact_top(pool, default, evaluator, top_k, result, end)
+    result.top += _explorers(run.best_of_kind, result.top, evaluator, explore, explore_round_ms, result, end)
+    result.search_s = time.perf_counter() - t0
+    result.timings = {k: round(v, 4) for k, v in {**run.clock, **evaluator.timings, "total_s": result.search_s}.items()}
+    if evaluator.sensitivity is not None:
+        result.timings["sensitivity_probes"] = evaluator.sensitivity.probes
+    result.timings["apply_by_action_s"] = {k: round(v, 3) for k, v in sorted(run.per_action.items(), key=lambda kv: -kv[1])}
+    return result
+
+
+DIVE_SHARE = 0.5        # of the expansions' time, at most, for the dive to full depth
+EXACT_SHARE = 0.2       # of the search's budget kept for the exact checks of the best lossy plans
+
+
+def _best(pool: list[Candidate], new: list[Candidate], keep: int) -> list[Candidate]:
+    """The best `keep` of both, each plan once."""
+    merged = {id(c): c for c in pool + new}
+    return sorted(merged.values(), key=lambda c: c.score)[:keep]
+
+
+def _ends_in_directive(c: Candidate) -> bool:
+    """After a plan-wide directive only directives follow (actions.expand): a dead end for a dive
+    that has levels left."""
+    last = c.steps[-1] if c.steps else None
+    return last is not None and ACTIONS[last.kind].keeps_graph(dict(last.params))
+
+
+class _Search:
+    """One search's shared state: the plans seen, each (state, step) made and scored once, the
+    best plan of each kind, and the clock that decides which expansion still fits the budget."""
+
+    def __init__(self, default: Candidate, evaluator: Evaluator, space: dict, ctx: ActionContext, depth: int,
+                 top_k: int, keep: int, t0: float, budget_s: float):
+        self.evaluator, self.space, self.ctx = evaluator, space, ctx
+        self.result = SearchResult(default=default, top=[], depth=depth)
+        # the exact checks of lossy plans come after the expansions, inside the same budget
+        lossy = any(ACTIONS[a].lossy for a in space)
+        self.deadline = t0 + budget_s * (1 - EXACT_SHARE * lossy)
+        self.keep = keep
+        self.seen = {self.result.default.key}
+        self.made: dict[tuple, Candidate | None] = {}        # (state key, step) -> its child
+        self.best_of_kind: dict[tuple, Candidate] = {}
+        self.ahead_of: dict[int, float | None] = {}  # graph -> its best bound plan's score; bound plan -> None
+        self.lookahead = {k: v for k, v in space.items() if k == "binding"}
+        self.clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
+        self.per_action: dict[str, float] = {}
+        self.skipped: set[tuple] = set()     # expansions left out: they would have ended past the budget
+        self.warm_s = 0.0       # the longest expansion that measured nothing new so far
+        # the longest that measured a new precision's sensitivity or a new path; before the
+        # first, an estimate (Evaluator.fresh_cost_prior_s)
+        self.fresh_s = evaluator.fresh_cost_prior_s(lossy)
+        self.fresh_seen = False
+
+    # --- the budget -------------------------------------------------------------------------
+    def out_of_time(self) -> bool:
+        """Whether not even an expansion that re-uses every measurement would fit any more."""
+        over = time.perf_counter() + self.warm_s > self.deadline
+        self.result.stopped_by_budget |= over
+        return over
+
+    def slice_end(self, end: float, levels_left: int) -> float:
+        """A level's share of what is left until `end`: what a level leaves goes to the next."""
+        now = time.perf_counter()
+        return min(self.deadline, now + max(0.0, end - now) / max(levels_left, 1))
+
+    def fits(self, state: Candidate, action, params, until: float) -> bool:
+        """Whether the expansion would likely end by `until`, at the cost of the longest one so
+        far of its sort: one that measures a new precision or execution path costs seconds on a
+        large model, one that re-uses those measurements only its rewrite and its scoring."""
+        fresh = self.evaluator.measures_anew(state, action, params)
+        return time.perf_counter() + self.warm_s + (self.fresh_s if fresh else 0.0) <= until
+
+    # --- expanding --------------------------------------------------------------------------
+    def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False):
+        """Score the states' children cheapest-first (in_budget_order) while they fit by `until`
+        (the level's first while it fits the budget); returns (children within the bounds,
+        children over the memory limit: expanded, never returned)."""
+        frontier: list[Candidate] = []
+        stepping: list[Candidate] = []
+        for state in states:
+            t_exp = time.perf_counter()
+            todo = in_budget_order(expansions(state, self.space, self.ctx, self.result))
+            if defer_directives:
+                # the dive: what re-uses every measurement first (it fits a level's slice), a
+                # directive last (it ends the dive's growth), else cheapest-first as ever
+                todo = sorted(todo, key=lambda t: (_keeps(t), self.evaluator.measures_anew(state, t[0], t[1])))
+            self.clock["expand_s"] += time.perf_counter() - t_exp
+            for action, params, site in todo:
+                # a level's first may run past its slice (within the budget): a dive whose state
+                # has nothing cheap left to add still goes deeper
+                first = not frontier and not stepping
+                cand = self.consider(state, action, params, site, frontier, stepping,
+                                     self.deadline if first else until)
+                if cand is not None and self.lookahead and action.lossy:
+                    # a precision whose form pays on another path only (OpenVINO's int8) is scored
+                    # there too at once: ranked on the default path alone it would leave the beam.
+                    # The bound plans join the pool; the graph stays in the beam at their rank.
+                    # (Lossless rewrites keep the plain order: their gains mostly carry across.)
+                    for a2, p2, s2 in expansions(cand, self.lookahead, self.ctx, self.result):
+                        child = self.consider(cand, a2, p2, s2, frontier, stepping, self.deadline)
+                        if child is not None:
+                            self.ahead_of[id(child)] = None
+                            self.ahead_of[id(cand)] = min(self.ahead_of.get(id(cand), child.score), child.score)
+        if frontier or stepping:
+            self.result.levels = max(self.result.levels, level)
+        return frontier, stepping
+
+    def ranked(self, cands: list[Candidate]) -> list[Candidate]:
+        """The states worth growing, best first: a lossy graph at its best bound plan's rank, a
+        plan over the memory limit behind by how far over it is; bound plans are leaves."""
+        limit = max(self.evaluator.target.memory_limit_bytes, 1)
+        growing = {id(c): c for c in cands if id(c) not in self.ahead_of or self.ahead_of[id(c)] is not None}
+        return sorted(growing.values(), key=lambda c: min(c.score, self.ahead_of.get(id(c), c.score))
+                      + max(0.0, c.peak_mem_bytes / limit - 1.0))
+
+    def consider(self, state: Candidate, action, params, site, frontier: list, stepping: list,
+                 until: float) -> Candidate | None:
+        """Apply one expansion, score it, file it; the candidate within the bounds, or None when
+        it fails, repeats a seen plan, breaks a bound (over the memory limit it is filed to be
+        expanded further) or would not fit by `until`. Made once: asked again (the widening
+        meets the dive's children), the same candidate is filed at no cost."""
+        step = Step(action.name, site, tuple(sorted(params.items())))
+        memo = (state.key, step.kind, step.site, repr(step.params))
+        if memo in self.made:
+            cand = self.made[memo]
+        else:
+            if not self.fits(state, action, params, until):
+                if until >= self.deadline or not self.fits(state, action, params, self.deadline):
+                    self.result.stopped_by_budget = True
+                    self.skipped.add(memo)
+                return None
+            t_start = time.perf_counter()
+            measured_before = self.evaluator.measuring_s()
+            cand = self.made[memo] = self._make(state, action, params, site, step)
+            spent = time.perf_counter() - t_start
+            if self.evaluator.measuring_s() > measured_before:
+                self.fresh_s = max(self.fresh_s, spent) if self.fresh_seen else spent
+                self.fresh_seen = True
+            else:
+                self.warm_s = max(self.warm_s, spent)
+        if cand is None:
+            return None
+        if cand.violation:      # over the memory limit: later steps (tiling, reuse, int8) may fit it
+            stepping.append(cand)
+            return None
+        frontier.append(cand)
+        return cand
+
+    def _make(self, state: Candidate, action, params, site, step: Step) -> Candidate | None:
+        result = self.result
         t_apply = time.perf_counter()
         try:
-            model = action.apply(state.model, site, params, ctx)
+            model = action.apply(state.model, site, params, self.ctx)
         except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
             result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             return None
         finally:
             spent = time.perf_counter() - t_apply
-            clock["apply_s"] += spent
-            per_action[action.name] = per_action.get(action.name, 0.0) + spent
+            self.clock["apply_s"] += spent
+            self.per_action[action.name] = self.per_action.get(action.name, 0.0) + spent
         same_graph = action.keeps_graph(action.with_defaults(params))
         if same_graph:
             share_analysis(model, state.model)
         t_hash = time.perf_counter()
-        cand = Candidate(model, state.steps + (Step(action.name, site, tuple(sorted(params.items()))),))
-        clock["hash_s"] += time.perf_counter() - t_hash
-        if cand.key in seen:
+        cand = Candidate(model, state.steps + (step,))
+        self.clock["hash_s"] += time.perf_counter() - t_hash
+        if cand.key in self.seen:
             result.duplicates += 1
             return None
-        seen.add(cand.key)
+        self.seen.add(cand.key)
         try:
-            evaluator.evaluate(cand, parent=state if same_graph else None)
+            self.evaluator.evaluate(cand, parent=state if same_graph else None)
         except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
             result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             return None
@@ -109,92 +291,41 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         if cand.violation:
             reason = cand.violation.split(":")[0]
             result.pruned[reason] = result.pruned.get(reason, 0) + 1
-            # over the memory limit: no result, but later steps (tiling, reuse, int8) may fit it
-            if reason == "memory":
-                stepping.append(cand)
-                if result.leanest is None or cand.peak_mem_bytes < result.leanest.peak_mem_bytes:
-                    result.leanest = cand
-            return None
-        frontier.append(cand)
+            if reason != "memory":
+                return None
+            if result.leanest is None or cand.peak_mem_bytes < result.leanest.peak_mem_bytes:
+                result.leanest = cand
+            return cand
         sig = kind_of(cand)
         # a kind's representative: its simplest plan (fewest steps), then the best scored
-        if sig and (sig not in best_of_kind or (cand.changes, cand.score) < (best_of_kind[sig].changes,
-                                                                           best_of_kind[sig].score)):
-            best_of_kind[sig] = cand
+        if sig and (sig not in self.best_of_kind or (cand.changes, cand.score) < (self.best_of_kind[sig].changes,
+                                                                                 self.best_of_kind[sig].score)):
+            self.best_of_kind[sig] = cand
         return cand
 
-    last = [time.perf_counter(), 0.0]      # when the previous expansion began; the longest one so far
 
-    def out_of_time() -> bool:
-        """Whether the next expansion could end past the budget, at the cost of the longest one so
-        far (on a large model one that times new execution paths costs seconds): the search stops
-        before it, not after it."""
-        now = time.perf_counter()
-        last[1] = max(last[1], now - last[0])
-        last[0] = now
-        result.stopped_by_budget = now - t0 + last[1] > time_budget_s
-        return result.stopped_by_budget
+def _keeps(todo_item) -> bool:
+    action, params, _ = todo_item
+    return action.keeps_graph(action.with_defaults(params))
 
-    for level in range(1, depth + 1):
-        frontier: list[Candidate] = []
-        stepping: list[Candidate] = []      # over the memory limit: expanded, never returned
-        for state in beam:
-            t_exp = time.perf_counter()
-            todo = in_budget_order(expansions(state, space, ctx, result))
-            clock["expand_s"] += time.perf_counter() - t_exp
-            for action, params, site in todo:
-                if out_of_time():
-                    break
-                cand = consider(state, action, params, site, frontier, stepping)
-                if cand is not None and lookahead and action.lossy:
-                    # a precision whose form pays on another path only (OpenVINO's int8) is scored
-                    # there too at once: ranked on the default path alone it would leave the beam.
-                    # The bound plans join the pool; the graph stays in the beam at their rank.
-                    # (Lossless rewrites keep the plain order: their gains mostly carry across.)
-                    for a2, p2, s2 in expansions(cand, lookahead, ctx, result):
-                        if out_of_time():
-                            break
-                        child = consider(cand, a2, p2, s2, frontier, stepping)
-                        if child is not None:
-                            ahead_of[id(child)] = None
-                            ahead_of[id(cand)] = min(ahead_of.get(id(cand), child.score), child.score)
-            if result.stopped_by_budget:
-                break
-        result.levels = level
-        if not frontier and not stepping:
-            break
-        limit = max(evaluator.target.memory_limit_bytes, 1)
-        growing = [c for c in frontier + stepping if id(c) not in ahead_of or ahead_of[id(c)] is not None]
-        beam = sorted(growing, key=lambda c: min(c.score, ahead_of.get(id(c), c.score))
-                      + max(0.0, c.peak_mem_bytes / limit - 1.0))[:beam_width]
-        pool = sorted(pool + frontier, key=lambda c: c.score)[:keep]
-        if progress:        # (level, new candidates within the bounds, best score[, beam size])
-            args = (level, len(frontier), pool[0].score if pool else float("nan"), len(beam))
-            progress(*args[:_arity(progress)])
-        if result.stopped_by_budget:
-            break
-    result.top = _exact_top(pool, default, evaluator, top_k, result)
-    result.top += _explorers(best_of_kind, result.top, evaluator, explore, explore_round_ms, result)
-    result.search_s = time.perf_counter() - t0
-    result.timings = {k: round(v, 4) for k, v in {**clock, **evaluator.timings, "total_s": result.search_s}.items()}
-    if evaluator.sensitivity is not None:
-        result.timings["sensitivity_probes"] = evaluator.sensitivity.probes
-    result.timings["apply_by_action_s"] = {k: round(v, 3) for k, v in sorted(per_action.items(), key=lambda kv: -kv[1])}
-    return result
+
+# the width of each lossy action's numbers: the narrowest promises the most speed where legal
+_BITS = {"int8": 8, "int8_dynamic": 8, "fp16": 16, "bf16": 16}
 
 
 def in_budget_order(todo) -> list:
     """Plan-wide directives (an execution path, a memory policy) cost no rewrite: scored first,
     then the low-precision rewrites, then the rest, so a time budget spent on expensive rewrites
     of a large graph still sees the other paths and precisions the target offers. Within each
-    group the actions take turns (each one's first choice, then each one's second...): on a slow
-    model a few fp16 variants, each bound and timed on every path, must not use up the time int8
-    needed."""
+    group the actions take turns (each one's first choice, then each one's second...), the
+    narrower precision first within a turn: on a slow model a few fp16 variants, each bound and
+    timed on every path, must not use up the time int8 needed."""
     todo, turn, seen = list(todo), [], {}
     for action, _, _ in todo:
         turn.append(seen.get(action.name, 0))
         seen[action.name] = turn[-1] + 1
-    keyed = [((not a.keeps_graph(a.with_defaults(p)), not a.lossy, turn[i]), i) for i, (a, p, _) in enumerate(todo)]
+    keyed = [((not a.keeps_graph(a.with_defaults(p)), not a.lossy, turn[i], _BITS.get(a.name, 32)), i)
+             for i, (a, p, _) in enumerate(todo)]
     return [todo[i] for _, i in sorted(keyed)]
 
 
@@ -219,7 +350,7 @@ def _breadth(kind: tuple) -> int:
 
 
 def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
-               round_ms: float, result: SearchResult) -> list[Candidate]:
+               round_ms: float, result: SearchResult, end: float = float("inf")) -> list[Candidate]:
     have = {kind_of(c) for c in top}
     out: list[Candidate] = []
     # single kinds first (one precision or one path alone says most about what the predictor missed)
@@ -232,6 +363,9 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
         if cost_ms > round_ms:
             continue
         if not c.accuracy_exact:
+            if time.perf_counter() > end:
+                result.stopped_by_budget = True
+                continue
             try:
                 evaluator.exact(c)
             except Exception as exc:  # noqa: BLE001 - dropped with its reason
@@ -246,15 +380,16 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
 
 
 def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, top_k: int,
-               result: SearchResult) -> list[Candidate]:
-    """The best `top_k` better than the default, with exact accuracy for the lossy ones."""
+               result: SearchResult, end: float = float("inf")) -> list[Candidate]:
+    """The best `top_k` better than the default, with exact accuracy for the lossy ones (those
+    not checked by `end` are left out)."""
     top: list[Candidate] = []
     checks = 0
     for c in sorted(pool, key=lambda c: c.score):
         if len(top) == top_k or c.score >= default.score:
             break
         if not c.accuracy_exact:
-            if checks >= EXACT_CHECKS_PER_SLOT * top_k:
+            if checks >= EXACT_CHECKS_PER_SLOT * top_k or time.perf_counter() > end:
                 continue
             checks += 1
             try:

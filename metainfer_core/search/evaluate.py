@@ -45,6 +45,11 @@ def graph_ms(cost_model: CostModel, kernels: list[Kernel], infos) -> float:
         return float(cost_model.predict_ms(kernels))
 
 
+# a precision's sensitivity costs about this many times the fp32 pass every precision shares
+# (a plain run per input, a traced run of twice the graph, the error statistics)
+PASSES_PER_PRECISION = 5
+
+
 class Evaluator:
     def __init__(self, cost_model: CostModel, target: TargetInfo, weights: Weights, max_loss: float,
                  feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
@@ -123,6 +128,30 @@ class Evaluator:
             c.accuracy_exact = c.accuracy_exact and not path.lossy
         return c
 
+    def measuring_s(self) -> float:
+        """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
+        return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
+            self.paths.seconds if self.paths is not None else 0.0)
+
+    def fresh_cost_prior_s(self, lossy: bool = True) -> float:
+        """What measuring a new precision or path likely costs before any was: a few runs of
+        the default plan per validation input at its predicted latency (measured targets),
+        and, where the search may lower precision, a few times what the sensitivities' shared
+        fp32 pass took (measured now: it is needed by the first precision anyway)."""
+        runs = 0.0 if self.modeled else self.base_latency / 1e3 * (len(self.feeds) + 4)
+        shared = self.sensitivity.prepare() if lossy and self.sensitivity is not None else 0.0
+        return max(runs, PASSES_PER_PRECISION * shared)
+
+    def measures_anew(self, state: Candidate, action, params: dict) -> bool:
+        """Whether scoring `action` on `state` would measure something new (a precision's
+        sensitivity, an execution path on a class of graph): seconds on a large model, where a
+        re-used measurement costs nothing."""
+        if action.lossy and self.sensitivity is not None and not self.sensitivity.knows(action.name, params):
+            return True
+        if action.name == "binding" and self.paths is not None:
+            return not self.paths.knows(action.path(action.with_defaults(params)), state.model)
+        return False
+
     def _path_cost(self, c: Candidate, path: ExecutionPath):
         if self.paths is None:
             raise RuntimeError(f"candidate bound to {path.label}, but the evaluator measures no execution paths")
@@ -138,6 +167,9 @@ class Evaluator:
     def set_baseline(self, default: Candidate) -> None:
         self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                        self.loss_fn)
+        if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
+            self.paths.know(default.model, self.reference)
+            self.sensitivity.on_run = self.paths.know
         self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,

@@ -10,14 +10,20 @@ however many of its nodes touch it, so the estimate counts each tensor's part on
 lowering more nodes never lowers it.
 
 Lowering one node at a time costs a whole-model run per node, more than a search can spend on a
-real graph, so each lossy variant (fp16, bf16, int8 with its parameters) is measured from one
-lowering of its whole scope, run plainly (the loss of lowering everything, which the table is
+real graph, so each precision (fp16, bf16, int8) is measured from one lowering of its whole
+scope, run plainly (the loss of lowering everything, which the table is
 scaled to) and once traced (`_Trace`): every copy of every activation exposed, beside an fp32
 twin of each rewritten node reading what the lowered node reads, compared with the fp32
 activations (one exposed run, shared by the variants). The twin separates the error a node
 adds from the error it is handed, and shows how much of the error at each tensor reaches the
 graph outputs. Where the lowered graph cannot be traced, the variant falls back to probing
-contiguous blocks of nodes (at most `max_probes`, fewer on large graphs).
+contiguous blocks of nodes (at most `max_probes`, fewer on large graphs). Another variant of a
+precision already traced (int8 with other parameters) keeps that split over nodes and tensors,
+scaled to its own whole-scope loss: one plain run.
+
+A layer whose values overflow in a precision (inf/NaN where fp32 is finite) cannot take it: a
+finding (`overflows`, `findings()`), counted as OVERFLOW_LOSS and kept out of the lowering
+while the rest is measured, never a NaN in an estimate nor a numpy warning.
 
 The search ranks by these estimates; its best candidates get an exact check (a real run), and
 verify measures the chosen few on the target anyway."""
@@ -46,6 +52,9 @@ MIN_PROBES = 8
 # loss to scale to always comes from every input
 TRACE_BYTES = 512 << 20
 MIN_TRACED = 0.5                # share of the scope's nodes the one-pass table must trace, else blocks
+# what a layer whose low-precision values overflow (inf / NaN) counts as lowered alone: the loss
+# the default metric gives a non-finite output, so every plan lowering it breaks the bound
+OVERFLOW_LOSS = 1.0
 # ops whose output sums their inputs: absolute errors add (for the others, relative errors do)
 _SUMS = {"Add", "Sub", "Sum", "Concat"}
 
@@ -60,6 +69,9 @@ class Sensitivity:
         self.tables: dict[tuple, dict[str, float]] = {}     # variant -> node -> sensitivity alone
         self.parts: dict[tuple, _Parts] = {}
         self.methods: dict[tuple, str] = {}     # variant -> "one-pass" or "blocks": how its table was measured
+        self.overflows: dict[tuple, list[str]] = {}  # variant -> nodes whose values overflow in it (a finding)
+        # told each lowered graph's validation outputs (the search's path costs re-use them)
+        self.on_run: Callable[[onnx.ModelProto, list], None] | None = None
         self.probes = 0                         # whole-model runs on the validation inputs
         self.seconds = 0.0
         self._touch: dict[str, set[str]] | None = None
@@ -73,6 +85,10 @@ class Sensitivity:
         """What changes a node's numerics: the precision and its parameters, not the scope."""
         return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k != "scope"))
 
+    def knows(self, kind: str, params: dict) -> bool:
+        """Whether this variant's sensitivities are measured already (re-used by every plan)."""
+        return self.variant(kind, params) in self.parts
+
     def table(self, kind: str, params: dict) -> dict[str, float]:
         """Node -> its sensitivity lowered alone, for this variant (measured on first use)."""
         return self._parts(kind, params).table()
@@ -81,7 +97,9 @@ class Sensitivity:
         key = self.variant(kind, params)
         if key not in self.parts:
             t0 = time.perf_counter()
-            self.parts[key] = self._measure(kind, params)
+            # a low-precision probe may overflow: a finding (self.overflows), not a library warning
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+                self.parts[key] = self._measure(kind, params)
             self.tables[key] = self.parts[key].table()
             self.seconds += time.perf_counter() - t0
         return self.parts[key]
@@ -93,13 +111,60 @@ class Sensitivity:
         nodes = list(sites[0].nodes) if sites else []
         if not nodes:
             return _Parts()
+        key = self.variant(kind, params)
+        shared = next((k for k, how in self.methods.items() if k[0] == kind and how == "one-pass"), None)
+        if shared is not None:
+            parts = self._rescaled(action, probe_params, nodes, shared)
+            if parts is not None:
+                self.methods[key] = "scaled"
+                return parts
         try:
             parts = self._one_pass(action, probe_params, nodes)
         except Exception:  # noqa: BLE001 - a lowered graph the trace cannot take: probe blocks instead
             parts = None
-        self.methods[self.variant(kind, params)] = "one-pass" if parts is not None else "blocks"
-        return parts if parts is not None else _Parts.spread(self._blocks(action, probe_params, nodes),
-                                                             self._touches())
+        self.methods[key] = "one-pass" if parts is not None else "blocks"
+        if parts is None:
+            parts = _Parts.spread(self._blocks(action, probe_params, nodes, key), self._touches())
+        for n in self.overflows.get(key, []):
+            parts.own[n], parts.rounding[n] = OVERFLOW_LOSS, {}
+        return parts
+
+    def _rescaled(self, action, params: dict, nodes: list[str], shared: tuple) -> "_Parts | None":
+        """Another variant of a precision whose per-node sensitivities are traced already (int8
+        with other activation types or placements): the same split over nodes and tensors,
+        scaled to this variant's own whole-scope loss, one plain run (the layers found to
+        overflow in that precision stay out of the lowering, as they did there)."""
+        known = self.parts[shared]
+        keep = [n for n in nodes if n not in set(self.overflows.get(shared, []))]
+        total = known.estimate(set(keep) & set(known.own))
+        if not keep or not (total > 0 and math.isfinite(total)):
+            return None
+        lowered = action.apply(self.model, Site(tuple(keep), "all"), params, self.ctx)
+        outputs = self._run(lowered)
+        if not _finite(outputs) and _finite(self.reference):
+            return None
+        loss = float(self.loss_fn(self.reference, outputs))
+        if not math.isfinite(loss):
+            return None
+        parts = known.scaled(loss / total)
+        self.overflows[self.variant(action.name, params)] = list(self.overflows.get(shared, []))
+        for n in self.overflows.get(shared, []):
+            parts.own[n], parts.rounding[n] = OVERFLOW_LOSS, {}
+        return parts
+
+    def _run(self, lowered: onnx.ModelProto) -> list[list[np.ndarray]]:
+        outputs = run_cpu(lowered, self.feeds)
+        self.probes += 1
+        if self.on_run is not None:
+            self.on_run(lowered, outputs)
+        return outputs
+
+    def findings(self) -> list[str]:
+        """One line per variant some layers cannot take (their values overflow in it)."""
+        return [f"{' '.join(map(str, (key[0],) + tuple(f'{k}={v}' for k, v in key[1:])))}: {len(nodes)} layer(s) "
+                f"overflow (inf/NaN) when lowered ({', '.join(nodes[:5])}{', ...' if len(nodes) > 5 else ''}): "
+                f"they cannot take that precision; plans lowering them are estimated at loss {OVERFLOW_LOSS:g}"
+                for key, nodes in self.overflows.items() if nodes]
 
     # --- one pass: the whole scope lowered and traced -------------------------------------
 
@@ -107,13 +172,31 @@ class Sensitivity:
         by_name = {n.name: n for n in self.model.graph.node}
         if any(subgraphs(by_name[n]) for n in nodes if n in by_name):
             return None         # control flow in scope: the tensors inside its bodies are not exposed
-        lowered = action.apply(self.model, Site(tuple(nodes), "all"), params, self.ctx)
-        loss = float(self.loss_fn(self.reference, run_cpu(lowered, self.feeds)))
-        self.probes += 1
+        culprits: list[str] = []
+        for _ in range(OVERFLOW_ROUNDS):
+            lowered = action.apply(self.model, Site(tuple(nodes), "all"), params, self.ctx)
+            outputs = self._run(lowered)
+            trace = _Trace(self.model, lowered, self._acts())
+            self._measure_trace(trace)
+            # values that overflow in this precision: where they start is a finding (those layers
+            # cannot take it), kept out of the lowering; the rest is measured as usual
+            found = _starts(self.model, trace.overflowed, set(nodes))
+            if not found:
+                break
+            culprits += found
+            nodes = [n for n in nodes if n not in found]
+            if not nodes:
+                break
+        else:
+            return None
+        if trace.overflowed and not found or not _finite(outputs) and _finite(self.reference):
+            return None
+        self.overflows[self.variant(action.name, params)] = culprits
+        if not nodes:
+            return _Parts()
+        loss = float(self.loss_fn(self.reference, outputs))
         if not math.isfinite(loss):
             return None
-        trace = _Trace(self.model, lowered, self._acts())
-        self._measure_trace(trace)
         parts = trace.attribute(nodes)
         if parts is None:
             return None
@@ -123,6 +206,22 @@ class Sensitivity:
         even = _Parts()             # nothing measurable inside: the loss shared evenly
         even.own = {n: loss / max(len(parts.own), 1) for n in parts.own}
         return even
+
+    def prepare(self) -> float:
+        """Measure what every variant shares (the fp32 activations and their norms) now; its
+        seconds, a yardstick for what a variant will cost on this graph."""
+        t0 = time.perf_counter()
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+            self._norms()
+        spent = time.perf_counter() - t0
+        self.seconds += spent
+        return spent
+
+    def _norms(self) -> None:
+        if self._den is None:
+            fp32 = self._fp32_values()
+            self._den = {t: sum(_sq(f[t]) for f in fp32) for t in fp32[0]} if fp32 else {}
+            self._size = {t: int(np.size(v)) for t, v in fp32[0].items()} if fp32 else {}
 
     def _acts(self) -> list[str]:
         """The fp32 graph's float32 activations (graph inputs and node outputs)."""
@@ -156,9 +255,7 @@ class Sensitivity:
         activation it stands for, and the squared differences the trace asks for, each over
         the activation's squared norm (sums over the validation inputs)."""
         fp32 = self._fp32_values()
-        if self._den is None:
-            self._den = {t: sum(_sq(f[t]) for f in fp32) for t in fp32[0]} if fp32 else {}
-            self._size = {t: int(np.size(v)) for t, v in fp32[0].items()} if fp32 else {}
+        self._norms()
         den, trace.size = self._den, self._size
         num: dict[str, float] = {}
         pair: dict[tuple[str, str], float] = {}
@@ -171,6 +268,9 @@ class Sensitivity:
             for t, v in values.items():
                 o = trace.stands_for.get(t, t)
                 if o in ref and np.shape(v) == np.shape(ref[o]):
+                    if not np.isfinite(v).all() and np.isfinite(ref[o]).all():
+                        trace.overflowed.add(o)     # a finding, not an error to attribute
+                        continue
                     num[t] = num.get(t, 0.0) + _sq_err(ref[o], v)
             for a, b in trace.pairs:
                 if a in values and b in values and np.shape(values[a]) == np.shape(values[b]):
@@ -194,7 +294,7 @@ class Sensitivity:
 
     # --- the fallback: blocks of nodes lowered alone, one whole-model run each ----------------
 
-    def _blocks(self, action, probe_params: dict, nodes: list[str]) -> dict[str, float]:
+    def _blocks(self, action, probe_params: dict, nodes: list[str], key: tuple) -> dict[str, float]:
         budget = max(MIN_PROBES, PROBE_NODE_BUDGET // max(len(self.model.graph.node), 1))
         n_blocks = min(len(nodes), self.max_probes, budget)
         per_node: dict[str, float] = {}
@@ -202,10 +302,14 @@ class Sensitivity:
             block = tuple(str(b) for b in block)
             try:
                 lowered = action.apply(self.model, Site(block, "probe"), probe_params, self.ctx)
-                loss = self.loss_fn(self.reference, run_cpu(lowered, self.feeds))
+                outputs = run_cpu(lowered, self.feeds)
+                loss = float(self.loss_fn(self.reference, outputs))
             except Exception:  # noqa: BLE001 - a node the rewrite refuses alone adds no estimate
                 continue
             self.probes += 1
+            if not math.isfinite(loss) or (not _finite(outputs) and _finite(self.reference)):
+                self.overflows.setdefault(key, []).extend(block)    # the block overflows: a finding
+                continue
             for name in block:
                 per_node[name] = loss / len(block)
         return per_node
@@ -228,6 +332,24 @@ class Sensitivity:
             parts = self._parts(s.kind, dict(s.params))
             total += parts.estimate({o for name in s.site.nodes for o in origins(name)} & set(parts.own))
         return total if math.isfinite(total) else 1.0
+
+
+OVERFLOW_ROUNDS = 3     # lowerings that leave out the layers found overflowing, before the blocks fallback
+
+
+def _starts(model: onnx.ModelProto, overflowed: set[str], scope: set[str]) -> list[str]:
+    """Where an overflow starts: the lowered nodes that write or read an overflowed activation
+    none of which comes overflowed out of another lowered node (a node reading a value its own
+    rounding overflows is one)."""
+    producer = {o: n.name for n in model.graph.node for o in n.output}
+    return [n.name for n in model.graph.node if n.name in scope
+            and any(t in overflowed for t in list(n.output) + list(n.input))
+            and not any(x in overflowed and producer.get(x) in scope for x in n.input)]
+
+
+def _finite(outputs: list[list[np.ndarray]]) -> bool:
+    return all(np.isfinite(o).all() for sample in outputs for o in sample
+               if np.issubdtype(np.asarray(o).dtype, np.floating))
 
 
 def _origin(name: str, acts: set[str]) -> str | None:
@@ -261,6 +383,7 @@ class _Trace:
         self.size: dict[str, int] = {}          # activation -> element count
         self.r: dict[str, float] = {}           # exposed tensor -> relative squared error against fp32
         self.diff: dict[tuple[str, str], float] = {}    # (a, b) -> |a - b|^2 relative to a's activation
+        self.overflowed: set[str] = set()       # activations some lowered copy of which is not finite
         g, lg = fp32.graph, lowered.graph
         linfos = tensor_infos(lowered)
         inits = {i.name: i for i in g.initializer}
@@ -560,9 +683,12 @@ class _Parts:
 
 
 def _runs(model: onnx.ModelProto, names: list[str], feeds: list[dict[str, np.ndarray]]):
-    """The named tensors, one list per feed, from one session (run_cpu's settings); one
+    """The named tensors, one list per feed, from one session (one thread, as run_cpu); one
     feed's values at a time, so a large graph need not hold every sample's intermediates."""
-    so = quiet_session_options(intra_op_num_threads=1)
+    # basic optimisations only: an exposed graph (thousands of outputs, twins beside every
+    # node) takes seconds to optimise fully, and every value it reads is exposed anyway
+    so = quiet_session_options(intra_op_num_threads=1,
+                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     spec = {i.name for i in sess.get_inputs()}
     for f in feeds:
@@ -581,13 +707,29 @@ def _spread(den: np.ndarray) -> float:
     return float(den.max()) / median if median > 0 else (float("inf") if den.size and den.max() > 0 else 1.0)
 
 
+# the error statistics read a strided sample of about this many elements of a larger tensor
+# (per-channel sums scaled up by the sampling factor): a large graph's activations give stable
+# relative errors from a sample, and reading them whole cost more than the runs
+SAMPLED = 1 << 20
+
+
+def _view(a: np.ndarray) -> tuple[np.ndarray, float]:
+    """a as (batch, channel, rest), every step-th element of rest (a step sharing no factor with
+    the last axis, so a channels-last tensor's channels are all sampled), and rest's size over
+    the sample's."""
+    a = np.asarray(a)
+    a3 = a.reshape(1, 1, -1) if a.ndim < 2 else a.reshape(a.shape[0], a.shape[1], -1)
+    step = min(max(1, -(-a3.size // SAMPLED)), a3.shape[2] or 1)
+    while step > 1 and math.gcd(step, a.shape[-1] if a.ndim else 1) != 1:
+        step += 1
+    v = a3[:, :, ::step]
+    return v, (a3.shape[2] / v.shape[2]) if v.shape[2] else 1.0
+
+
 def _channels(a: np.ndarray) -> np.ndarray:
-    """Sum of squares per channel (axis 1; one value for a tensor of rank < 2)."""
-    a = np.asarray(a, dtype=np.float32)
-    sq = np.square(a)
-    if a.ndim < 2:
-        return np.array([float(sq.sum(dtype=np.float64))])
-    return sq.reshape(a.shape[0], a.shape[1], -1).sum(axis=(0, 2), dtype=np.float64)
+    """Sum of squares per channel (axis 1; one value for a tensor of rank < 2), from the sample."""
+    v, k = _view(a)
+    return np.square(np.asarray(v, dtype=np.float32)).sum(axis=(0, 2), dtype=np.float64) * k
 
 
 def _floored(den: np.ndarray) -> np.ndarray:
@@ -602,7 +744,8 @@ def _sq(v: np.ndarray) -> np.ndarray:
 def _sq_err(ref: np.ndarray, low: np.ndarray) -> np.ndarray:
     """|low - ref|^2 per channel (float32 differences: these tensors are large, and the sums
     need no more); a non-finite channel counts as large as the tensor's channel itself."""
-    total = _channels(np.subtract(low, ref, dtype=np.float32))
+    (r, k), (lo, _) = _view(ref), _view(low)
+    total = np.square(np.subtract(lo, r, dtype=np.float32)).sum(axis=(0, 2), dtype=np.float64) * k
     bad = ~np.isfinite(total)
     if bad.any():
         total[bad] = np.maximum(_sq(ref)[bad], 1.0)

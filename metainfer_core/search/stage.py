@@ -88,7 +88,12 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                          s.search.top_k, budget_s, tick, explore=s.search.explore,
                          explore_round_ms=EXPLORE_VERIFY_S * 1e3 / max(s.verify.runs, 1))
     best = result.top[0] if result.top else None
-    progress(f"search: {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
+    findings = evaluator.sensitivity.findings() if evaluator.sensitivity is not None else []
+    for f in findings:
+        progress(f"search: {f}")
+    progress(f"search: depth {result.levels} of {result.depth} reached"
+             + (f" ({result.skipped} expansions left out: they would have ended past the budget)" if result.skipped else "")
+             + f", {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
              f"{len(result.top)} better than default, {result.search_s:.1f}s "
              f"(apply {result.timings.get('apply_s', 0):.1f}s, evaluate {result.timings.get('evaluate_s', 0):.1f}s, "
              f"sensitivity {result.timings.get('sensitivity_s', 0):.1f}s)"
@@ -96,7 +101,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                 f"device, {len(best.binding.get('host', []))} on the host" if best else
                 f"; nothing within the hard bounds (pruned: {result.pruned})" if result.pruned else ""))
     return SearchOutcome(result, None, result.default, time.perf_counter() - t0,
-                         {"search_timings": result.timings, "expected_search_s": expected_search_s,
+                         {"search_timings": result.timings, "expected_search_s": expected_search_s, "warnings": findings,
                           "possible_saving_s": saving_s,
                           "execution_paths": evaluator.paths.measured if evaluator.paths else {}})
 
