@@ -131,9 +131,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         lost = ("" if objective is None else
                 f", score {sc:.3f}: not faster beyond noise than the chosen plan, with more actions" if simpler is not None
                 and sc < chosen_score else f", score {sc:.3f} vs {chosen_score:.3f}: {_what_lost(terms[i], terms[best])}")
-        verdicts[candidates[i].label] = (f"eligible, not chosen ({why}{lost}"
-                                         + _memory_note(candidates[i].peak_mem_bytes - baseline.peak_mem_bytes, budget)
-                                         + ")")
+        verdicts[candidates[i].label] = f"eligible, not chosen ({why}{lost})"
     c = candidates[best]
     scored = f", score {eligible[best][0]:.3f}" if objective is not None else ""
     verdicts[c.label] = f"chosen ({eligible[best][1]}{scored})"
