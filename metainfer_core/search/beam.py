@@ -51,7 +51,8 @@ class SearchResult:
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
-    return expand(state.model, space, ctx.target, state.steps[-1] if state.steps else None, result.illegal)
+    return expand(state.model, space, ctx.target, state.steps[-1] if state.steps else None, result.illegal,
+                  cache=ctx.cache)
 
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,

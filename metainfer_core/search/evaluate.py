@@ -17,6 +17,7 @@ import numpy as np
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ActionContext
 from metainfer_core.actions.base import infos_of, kernels_of
+from metainfer_core.actions.float_layers import numeric_steps
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import double_buffered
@@ -115,7 +116,7 @@ class Evaluator:
             if self.sensitivity is None:
                 raise RuntimeError("set_baseline() first: sensitivities are measured on the default plan")
             before = self.sensitivity.seconds
-            c.accuracy_loss = self.sensitivity.estimate(c.steps)
+            c.accuracy_loss = self.sensitivity.estimate(numeric_steps(c.steps))
             c.accuracy_exact = False
             self.timings["sensitivity_s"] += self.sensitivity.seconds - before
         if cost is not None:
