@@ -9,6 +9,7 @@ ratio, and the accuracy loss the path adds (search/path_costs.py); its exact che
 from __future__ import annotations
 
 import time
+import weakref
 from collections import defaultdict
 from typing import Callable
 
@@ -17,7 +18,7 @@ import numpy as np
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ActionContext
 from metainfer_core.actions.base import infos_of, kernels_of
-from metainfer_core.actions.float_layers import numeric_steps
+from metainfer_core.actions.float_layers import numeric_steps, provide_ranking
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import double_buffered
@@ -139,6 +140,10 @@ class Evaluator:
     def set_baseline(self, default: Candidate) -> None:
         self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                        self.loss_fn)
+        # int8's float_layers: its most sensitive layers by the table the estimates use (measured
+        # once per int8 variant, on first use); held weakly, as the cache outlives the search
+        me = weakref.ref(self)
+        provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params))
         self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)

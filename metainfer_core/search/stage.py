@@ -4,12 +4,10 @@ beam search within the search's share of the budget."""
 from __future__ import annotations
 
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.actions.float_layers import provide_ranking
 from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath, missing_paths
 from metainfer_core.budget import eta
@@ -48,11 +46,6 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
                           paths=path_costs(s, prepared, backend))
-    # int8's float_layers: the most sensitive layers by the table the estimates use (measured once
-    # per int8 variant, on first use; read through the evaluator, whose baseline may be reset, and
-    # weakly: the cache outlives the search, its activations must not)
-    searching = weakref.ref(evaluator)
-    provide_ranking(ctx.cache, lambda params: searching().sensitivity.table("int8", params))
     default = Candidate(prepared.model)
     t_eval = time.perf_counter()
     evaluator.set_baseline(default)
