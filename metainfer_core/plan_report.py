@@ -56,9 +56,14 @@ def _params_text(step: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in (step.get("params") or {}).items())
 
 
+def _float_layers(step: dict) -> int:
+    return int((step.get("params") or {}).get("float_layers") or 0)
+
+
 def action_name(step: dict) -> str:
     words = _WORDS.get(step.get("kind", ""))
-    return words[0](step.get("params") or {}) if words else step.get("kind", "?")
+    name = words[0](step.get("params") or {}) if words else step.get("kind", "?")
+    return name + (f", {_float_layers(step)} layers float" if _float_layers(step) else "")
 
 
 def action_words(step: dict) -> str:
@@ -66,7 +71,9 @@ def action_words(step: dict) -> str:
     words = _WORDS.get(step.get("kind", ""))
     if words is None:
         return f"{step.get('kind', '?')} ({_params_text(step)})"
-    return words[1](step.get("params") or {})
+    k = _float_layers(step)
+    return words[1](step.get("params") or {}) + (
+        f"; its {k} layers most sensitive to int8 kept in float (mixed precision)" if k else "")
 
 
 def action_where(step: dict, shown: int = 4) -> str:
