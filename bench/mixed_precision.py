@@ -6,7 +6,7 @@ got, one reference, plan_loss), each with its speed-up over ONNX Runtime's defau
                in OpenVINO's form (on OpenVINO f32); OpenVINO + NNCF int8 (`nncf.quantize`)
   mixed        (b) the plan `flows/adapt.py target=cpu` chose with the defaults (weights=balanced),
                loaded with metainfer_core.deploy.load_plan; and, per int8 form, the smallest
-               `float_layers` k whose loss on its own path is within the bound (what the
+               `float_layers` choice (k or fit) whose loss on its own path is within the bound (what the
                search's dimension offers, whether or not the search reached it)
   accuracy-aware  `nncf.quantize_with_accuracy_control` (max_drop = --max-loss, absolute, on the
                same metric: 1 - plan_loss per sample), its iterations capped (--ac-iterations)
@@ -46,7 +46,7 @@ import peers  # noqa: E402
 from ort_baselines import adapt_feeds, real_feeds  # noqa: E402
 
 from metainfer_core.accuracy import plan_loss, run_cpu  # noqa: E402
-from metainfer_core.actions import ACTIONS, ActionContext, expand  # noqa: E402
+from metainfer_core.actions import ActionContext, Site, Step, expand  # noqa: E402
 from metainfer_core.actions.float_layers import FLOAT_LAYERS_DOMAIN, provide_ranking  # noqa: E402
 from metainfer_core.search.sensitivity import Sensitivity  # noqa: E402
 
@@ -56,12 +56,17 @@ INT8 = {"scope": ["compute"], "activation_type": ["QUInt8"], "weight_type": ["QI
         "calibrate_method": ["MinMax"]}
 
 
-def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info) -> dict[int, tuple[onnx.ModelProto, list]]:
+def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_loss: float) -> dict:
     """{k: (the int8 plan keeping its k most sensitive layers float, those layers)} for every k of
-    the declared domain that leaves something to quantize (k = 0: whole-model int8)."""
+    the declared domain that leaves something to quantize (k = 0: whole-model int8; "fit": as
+    many as the estimate needs to be within max_loss), as the search's evaluator ranks them."""
     ctx = ActionContext(target=info, calibration_feeds=feeds)
     sensitivity = Sensitivity(default, feeds, reference, ctx)
-    provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params))
+
+    def fits(params, nodes):
+        return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)) <= max_loss
+
+    provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params), fits)
     space = {"int8": dict(INT8, placement=[FORMS[form]], float_layers=list(FLOAT_LAYERS_DOMAIN))}
     out, whole = {}, None
     for action, params, site in expand(default, space, info, cache=ctx.cache):
@@ -110,9 +115,9 @@ def nncf_accuracy_control(default: onnx.ModelProto, feeds, reference, max_drop: 
 
 
 def smallest_within(plans: dict, feeds, reference, form: str, max_loss: float) -> tuple[int | None, dict]:
-    """The smallest k whose plan's loss on its own path is within max_loss, and every k's loss."""
+    """The k with the fewest float layers whose plan's loss on its own path is within max_loss, and every k's loss."""
     losses = {}
-    for k, (plan, _) in sorted(plans.items()):
+    for k, (plan, _) in sorted(plans.items(), key=lambda kv: len(kv[1][1])):     # fewest float layers first
         peer = on_path(plan, feeds, form)
         losses[k] = float(plan_loss(reference, [peer.run(f) for f in feeds]))
         if losses[k] <= max_loss:
@@ -159,14 +164,16 @@ def bench_one(entry, args, info, store: Path) -> dict:
     for form in FORMS:
         t0 = time.perf_counter()
         try:
-            plans = int8_plans(default, feeds, reference, form, info)
+            plans = int8_plans(default, feeds, reference, form, info, args.max_loss)
         except Exception as exc:  # noqa: BLE001 - a form the model cannot take is a result
             row[f"int8_{form}_error"] = peers.short(exc)
             continue
         if 0 in plans:
             build[f"int8_{form}"] = (lambda p, f: lambda: on_path(p, feeds, f))(plans[0][0], form)
-        k, losses = smallest_within({k: v for k, v in plans.items() if k > 0}, feeds, reference, form, args.max_loss)
+        k, losses = smallest_within({k: v for k, v in plans.items() if k != 0}, feeds, reference, form, args.max_loss)
         row[f"mixed_{form}"] = {"losses_by_k": losses, "k": k, "float_layers": plans[k][1] if k else None,
+                                "n_float": len(plans[k][1]) if k else None,
+                                "fit_n_float": len(plans["fit"][1]) if "fit" in plans else None,
                                 "seconds": round(time.perf_counter() - t0, 1)}
         if k is not None:
             chosen[form] = k
@@ -216,8 +223,8 @@ def cell(p: dict | None, max_loss: float) -> str:
 
 def table(rows: list[dict], max_loss: float) -> list[str]:
     cols = [("int8_qdq", "whole int8 QDQ (ORT)"), ("int8_ov", "whole int8 OV form (OV f32)"),
-            ("nncf_int8", "whole NNCF int8 (OV)"), ("adapt", "adapt's plan (b)"), ("mixed_qdq", "mixed QDQ, smallest k"),
-            ("mixed_ov", "mixed OV form, smallest k"), ("nncf_accuracy_control", "NNCF accuracy control (c)"),
+            ("nncf_int8", "whole NNCF int8 (OV)"), ("adapt", "adapt's plan (b)"), ("mixed_qdq", "mixed QDQ, fewest float"),
+            ("mixed_ov", "mixed OV form, fewest float"), ("nncf_accuracy_control", "NNCF accuracy control (c)"),
             ("ort_static", "ORT quantize_static (ORT)"), ("nncf_onnx_on_ort", "NNCF ONNX graph on ORT"),
             ("nncf_onnx_on_ov", "NNCF ONNX graph on OV f32"), ("ort_default_again", "A/A")]
     out = ["| model | " + " | ".join(c[1] for c in cols) + " | adapt's actions | k (QDQ / OV) |",
@@ -229,7 +236,8 @@ def table(rows: list[dict], max_loss: float) -> list[str]:
                           + (f"[{a['params'].get('placement')}]" if a["kind"] == "int8" else "")
                           + (f"[{a['params'].get('runtime')}:{a['params'].get('precision')}]" if a["kind"] == "binding" else "")
                           for a in (r.get("adapt") or {}).get("actions", [])) or "(default)"
-        ks = " / ".join(str((r.get(f"mixed_{f}") or {}).get("k")) for f in FORMS)
+        ks = " / ".join(f"{(r.get(f'mixed_{f}') or {}).get('k')} ({(r.get(f'mixed_{f}') or {}).get('n_float')} float)"
+                        for f in FORMS)
         out.append(f"| {r['model']} | " + " | ".join(cell(ps.get(c), max_loss) for c, _ in cols) + f" | {acts} | {ks} |")
     return out
 

@@ -56,8 +56,12 @@ def _params_text(step: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in (step.get("params") or {}).items())
 
 
-def _float_layers(step: dict) -> int:
-    return int((step.get("params") or {}).get("float_layers") or 0)
+def _float_layers(step: dict) -> str:
+    """How many layers an int8 step keeps float, in words ('' for none)."""
+    k = (step.get("params") or {}).get("float_layers") or 0
+    if k == "fit":       # as many as the estimate needed: the site's label says how many
+        k = next((w.split()[0] for w in str(step.get("scope", "")).split(", ")[1:] if w.endswith("float")), "the")
+    return f"{k}" if k else ""
 
 
 def action_name(step: dict) -> str:

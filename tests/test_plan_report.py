@@ -159,3 +159,5 @@ def test_a_mixed_precision_step_says_how_many_layers_stay_float():
     assert action_name(mixed) == "int8 u8s8, 2 layers float" and action_name(whole) == "int8 u8s8"
     assert "2 layers most sensitive to int8 kept in float" in action_words(mixed)
     assert "float (mixed" not in action_words(whole)
+    fit = dict(mixed, params=dict(mixed["params"], float_layers="fit"), scope="compute, 17 float")
+    assert action_name(fit) == "int8 u8s8, 17 layers float"

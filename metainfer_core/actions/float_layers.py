@@ -15,15 +15,21 @@ from typing import Callable
 from metainfer_core.actions.base import Site, Step, origins
 
 FLOAT_LAYERS = "float_layers"
-FLOAT_LAYERS_DOMAIN = (0, 1, 2, 4, 8)
+FIT = "fit"         # the fewest most sensitive layers that bring the estimated loss within the bound
+FLOAT_LAYERS_DOMAIN = (0, 1, 2, 4, 8, FIT)
 RANKING_KEY = "int8.float_ranking"
+FITS_KEY = "int8.float_fits"
 
 # params (without float_layers) -> node -> the loss of that node alone in int8
 Ranking = Callable[[dict], dict[str, float]]
+# (params without float_layers, the nodes left in int8) -> whether the estimated loss is within the bound
+Fits = Callable[[dict, tuple[str, ...]], bool]
 
 
-def provide_ranking(cache: dict, ranking: Ranking) -> None:
+def provide_ranking(cache: dict, ranking: Ranking, fits: Fits | None = None) -> None:
     cache[RANKING_KEY] = ranking
+    if fits is not None:
+        cache[FITS_KEY] = fits
 
 
 def numeric_params(params: dict) -> dict:
@@ -47,16 +53,41 @@ def most_sensitive(nodes: tuple[str, ...], sensitivity: dict[str, float], k: int
     return ranked[:k]
 
 
+def _fitted(site: Site, ranked: list[str], params: dict, fits: Fits) -> int | None:
+    """How many of the ranked nodes must stay float for the rest to fit the bound (the estimate
+    never falls as more nodes are lowered, so a bisection finds the fewest); None when the whole
+    site fits already (k = 0 is that plan) or not even all ranked ones float make it fit."""
+    def rest(k: int) -> tuple[str, ...]:
+        out = set(ranked[:k])
+        return tuple(n for n in site.nodes if n not in out)
+
+    if fits(params, rest(0)) or not fits(params, rest(len(ranked))):
+        return None
+    lo, hi = 0, len(ranked)          # rest(lo) does not fit, rest(hi) does
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if fits(params, rest(mid)) else (mid, hi)
+    return hi
+
+
 def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
-    """The site with its `float_layers` most sensitive nodes left out; None when k > 0 and no
-    ranking is known, or when nothing would be left to quantize."""
-    k = int(params.get(FLOAT_LAYERS, 0) or 0)
+    """The site with its `float_layers` most sensitive nodes left out (FIT: as many as bring the
+    estimated loss within the bound); None when k > 0 and no ranking is known, or when nothing
+    would be left to quantize."""
+    k = params.get(FLOAT_LAYERS, 0) or 0
     if k == 0:
         return site
-    ranking = (cache or {}).get(RANKING_KEY)
-    if ranking is None:
+    cache = cache or {}
+    ranking, fits = cache.get(RANKING_KEY), cache.get(FITS_KEY)
+    if ranking is None or (k == FIT and fits is None):
         return None
-    floats = set(most_sensitive(site.nodes, ranking(numeric_params(params)), k))
+    table = ranking(numeric_params(params))
+    if k == FIT:
+        ranked = most_sensitive(site.nodes, table, len(site.nodes))
+        k = _fitted(site, ranked, numeric_params(params), fits)
+        if k is None:
+            return None
+    floats = set(most_sensitive(site.nodes, table, k))
     if len(floats) < k:
         return None         # fewer sensitive layers than asked: the same plan as a smaller k
     kept = tuple(n for n in site.nodes if n not in floats)

@@ -39,7 +39,8 @@ class Int8(Action):
         FLOAT_LAYERS: Param(0, FLOAT_LAYERS_DOMAIN,
                             "mixed precision: the k quantizable layers most sensitive to int8 (per-node "
                             "sensitivity on the run's inputs) stay in float, on whichever path runs the plan "
-                            "(ONNX Runtime f32; OpenVINO f32 or bf16); offered in a search only"),
+                            "(ONNX Runtime f32; OpenVINO f32 or bf16); fit: the fewest that bring the estimated "
+                            "loss within accuracy.max_loss; offered in a search only"),
     }
 
     def narrow(self, site, params, cache):

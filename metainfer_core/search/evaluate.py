@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from metainfer_core.accuracy import plan_loss, run_cpu
-from metainfer_core.actions import ActionContext
+from metainfer_core.actions import ActionContext, Site, Step
 from metainfer_core.actions.base import infos_of, kernels_of
 from metainfer_core.actions.float_layers import numeric_steps, provide_ranking
 from metainfer_core.backends.base import TargetInfo
@@ -143,11 +143,16 @@ class Evaluator:
         # int8's float_layers: its most sensitive layers by the table the estimates use (measured
         # once per int8 variant, on first use); held weakly, as the cache outlives the search
         me = weakref.ref(self)
-        provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params))
+        provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params),
+                        lambda params, nodes: me().int8_estimate(params, nodes) <= me().max_loss)
         self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)
         self.finish(default)
+
+    def int8_estimate(self, params: dict, nodes: tuple[str, ...]) -> float:
+        """The estimated loss of int8 (`params`, without float_layers) on just these nodes."""
+        return self.sensitivity.estimate((Step("int8", Site(nodes, "estimate"), tuple(sorted(params.items()))),))
 
     def finish(self, c: Candidate) -> Candidate:
         c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / self.base_mem,

@@ -8,7 +8,7 @@ import onnx
 import pytest
 
 from metainfer_core.accuracy import plan_loss, run_cpu
-from metainfer_core.actions import ACTIONS, ActionContext, expand
+from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand
 from metainfer_core.actions.float_layers import most_sensitive, provide_ranking
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.normalize import normalize
@@ -104,7 +104,7 @@ class Int8Faster:
 def test_search_keeps_the_sensitive_layers_float_where_whole_int8_breaks_the_bound(unet):
     m, feeds, reference = unet
     info = backend("cpu").info
-    space = int8_space("inputs_outputs", [0, 1, 2, 4, 8])
+    space = int8_space("inputs_outputs", [0, 1, 2, 4, 8, "fit"])
     whole = ACTIONS["int8"].apply(m, next(expand(m, space, info))[2], {}, ActionContext(info, feeds))
     max_loss = 0.6 * plan_loss(reference, run_cpu(whole, feeds))          # whole-model int8 breaks it
     ctx = ActionContext(target=info, calibration_feeds=feeds)       # shared: the ranking lives in its cache
@@ -112,8 +112,35 @@ def test_search_keeps_the_sensitive_layers_float_where_whole_int8_breaks_the_bou
     res = beam_search(m, space, ev, ctx, 8, 1, 3, 60.0)
     assert res.top, res.pruned
     best = res.top[0]
-    k = dict(best.steps[0].params)["float_layers"]
-    assert k > 0 and best.accuracy_exact and best.accuracy_loss <= max_loss
+    n_quantizable = len(next(expand(m, space, info))[2].nodes)
+
+    def n_float(c):
+        return n_quantizable - len(c.steps[0].site.nodes)
+
+    assert n_float(best) > 0 and best.accuracy_exact and best.accuracy_loss <= max_loss
     assert plan_loss(reference, run_cpu(best.model, feeds)) <= max_loss
-    # the fastest within the bound: no plan with fewer float layers in the top is within it
-    assert all(dict(c.steps[0].params)["float_layers"] >= k for c in res.top)
+    # the fastest within the bound: no plan in the top keeps fewer layers float
+    assert all(n_float(c) >= n_float(best) for c in res.top)
+
+
+def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_within_the_bound(unet):
+    m, feeds, reference = unet
+    info, ctx, sensitivity = ranked_context(m, feeds, reference)
+    params = {k: v[0] for k, v in int8_space("inputs_outputs", [0])["int8"].items()}
+
+    def estimate(nodes):
+        return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),))
+
+    (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
+    bound = 0.5 * estimate(whole.nodes)
+    provide_ranking(ctx.cache, lambda p: sensitivity.table("int8", p), lambda p, nodes: estimate(nodes) <= bound)
+    (_, p, fit), = expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache)
+    floats = [n for n in whole.nodes if n not in fit.nodes]
+    assert p["float_layers"] == "fit" and fit.label.endswith(f", {len(floats)} float")
+    assert estimate(fit.nodes) <= bound
+    fewer = most_sensitive(whole.nodes, sensitivity.table("int8", params), len(floats) - 1)
+    assert estimate(tuple(n for n in whole.nodes if n not in fewer)) > bound      # one fewer does not fit
+    assert set(floats) == set(most_sensitive(whole.nodes, sensitivity.table("int8", params), len(floats)))
+    # without a bound to fit (no evaluator), fit is not offered
+    ctx.cache.pop("int8.float_fits")
+    assert not list(expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache))
