@@ -72,8 +72,10 @@ def _fitted(site: Site, ranked: list[str], params: dict, fits: Fits) -> int | No
 
 def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
     """The site with its `float_layers` most sensitive nodes left out (FIT: as many as bring the
-    estimated loss within the bound); None when k > 0 and no ranking is known, or when nothing
-    would be left to quantize."""
+    estimated loss within the bound); k = 0 as it is. None when k > 0 and no ranking is known,
+    when nothing would be left to quantize, or when the search knows the plan's estimated loss
+    breaks the bound (it would prune the plan after an apply that costs seconds on a large graph:
+    the time goes to the choices that can fit instead)."""
     k = params.get(FLOAT_LAYERS, 0) or 0
     if k == 0:
         return site
@@ -91,4 +93,6 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
     if len(floats) < k:
         return None         # fewer sensitive layers than asked: the same plan as a smaller k
     kept = tuple(n for n in site.nodes if n not in floats)
-    return Site(kept, f"{site.label}, {k} float") if kept else None
+    if not kept or (fits is not None and not fits(numeric_params(params), kept)):
+        return None
+    return Site(kept, f"{site.label}, {k} float")

@@ -141,6 +141,11 @@ def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_with
     fewer = most_sensitive(whole.nodes, sensitivity.table("int8", params), len(floats) - 1)
     assert estimate(tuple(n for n in whole.nodes if n not in fewer)) > bound      # one fewer does not fit
     assert set(floats) == set(most_sensitive(whole.nodes, sensitivity.table("int8", params), len(floats)))
+    # a fixed k is offered only where its estimate is within the bound (else the search would prune it)
+    for k in (1, len(floats)):
+        rest = tuple(n for n in whole.nodes if n not in most_sensitive(whole.nodes, sensitivity.table("int8", params), k))
+        offered = list(expand(m, int8_space("inputs_outputs", [k]), info, cache=ctx.cache))
+        assert bool(offered) == (estimate(rest) <= bound)
     # without a bound to fit (no evaluator), fit is not offered
     ctx.cache.pop("int8.float_fits")
     assert not list(expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache))
