@@ -138,8 +138,10 @@ class Evaluator:
         return cost
 
     def set_baseline(self, default: Candidate) -> None:
-        self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
-                                       self.loss_fn)
+        # the same default again (the stage sizes the search, then searches): its tables still hold
+        if self.sensitivity is None or self.sensitivity.model is not default.model:
+            self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
+                                           self.loss_fn)
         # int8's float_layers: its most sensitive layers by the table the estimates use (measured
         # once per int8 variant, on first use); held weakly, as the cache outlives the search
         me = weakref.ref(self)
