@@ -46,8 +46,8 @@ import peers  # noqa: E402
 from ort_baselines import adapt_feeds, real_feeds  # noqa: E402
 
 from metainfer_core.accuracy import plan_loss, run_cpu  # noqa: E402
-from metainfer_core.actions import ActionContext, Site, Step, expand  # noqa: E402
-from metainfer_core.actions.float_layers import FLOAT_LAYERS_DOMAIN, provide_ranking  # noqa: E402
+from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand  # noqa: E402
+from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS_DOMAIN, provide_ranking  # noqa: E402
 from metainfer_core.search.sensitivity import Sensitivity  # noqa: E402
 
 DEFAULT_MODELS = ["basic_pitch_nmp", "silero_vad", "minilm_int8", "unet_nhwc_512"]
@@ -63,16 +63,22 @@ def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_
     ctx = ActionContext(target=info, calibration_feeds=feeds)
     sensitivity = Sensitivity(default, feeds, reference, ctx)
 
-    def fits(params, nodes):
-        return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)) <= max_loss
+    def fits(params, nodes, exact):     # as the search's evaluator decides (Evaluator.int8_fits)
+        if sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)) > max_loss:
+            return False
+        lowered = ACTIONS["int8"].apply(default, Site(nodes, ""), params, ctx) if exact else None
+        return not exact or plan_loss(reference, run_cpu(lowered, feeds)) <= max_loss
 
-    provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params), fits)
-    space = {"int8": dict(INT8, placement=[FORMS[form]], float_layers=list(FLOAT_LAYERS_DOMAIN))}
+    # every fixed k (the search offers only those its estimate keeps within the bound), then fit
     out, whole = {}, None
-    for action, params, site in expand(default, space, info, cache=ctx.cache):
-        whole = whole or site
-        out[params["float_layers"]] = (action.apply(default, site, params, ctx),
-                                       sorted(set(whole.nodes) - set(site.nodes)))
+    provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params))
+    for choices in ([k for k in FLOAT_LAYERS_DOMAIN if k != FIT], [FIT]):
+        space = {"int8": dict(INT8, placement=[FORMS[form]], float_layers=choices)}
+        for action, params, site in expand(default, space, info, cache=ctx.cache):
+            whole = whole or site
+            out[params["float_layers"]] = (action.apply(default, site, params, ctx),
+                                           sorted(set(whole.nodes) - set(site.nodes)))
+        provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params), fits)
     return out
 
 

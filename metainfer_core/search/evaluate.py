@@ -16,8 +16,8 @@ from typing import Callable
 import numpy as np
 
 from metainfer_core.accuracy import plan_loss, run_cpu
-from metainfer_core.actions import ActionContext, Site, Step
-from metainfer_core.actions.base import infos_of, kernels_of
+from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
+from metainfer_core.actions.base import infos_of, kernels_of, origins
 from metainfer_core.actions.float_layers import numeric_steps, provide_ranking
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
@@ -58,6 +58,7 @@ class Evaluator:
         self.ctx = ctx or ActionContext(target=target, calibration_feeds=feeds)
         self.max_probes = max_probes
         self.sensitivity: Sensitivity | None = None
+        self._fit_losses: dict[tuple, float] = {}       # int8 float_layers=fit: exact losses probed
         self.base_latency = 1.0
         self.base_mem = 1
         self.timings: dict[str, float] = defaultdict(float)
@@ -146,15 +147,29 @@ class Evaluator:
         # once per int8 variant, on first use); held weakly, as the cache outlives the search
         me = weakref.ref(self)
         provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params),
-                        lambda params, nodes: me().int8_estimate(params, nodes) <= me().max_loss)
+                        lambda params, nodes, exact: me().int8_fits(params, nodes, exact))
         self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes)
         self.finish(default)
 
-    def int8_estimate(self, params: dict, nodes: tuple[str, ...]) -> float:
-        """The estimated loss of int8 (`params`, without float_layers) on just these nodes."""
-        return self.sensitivity.estimate((Step("int8", Site(nodes, "estimate"), tuple(sorted(params.items()))),))
+    def int8_fits(self, params: dict, nodes: tuple[str, ...], exact: bool) -> bool:
+        """Whether int8 (`params`, without float_layers) on just these nodes keeps the loss within
+        the bound: by the estimate, and (exact) then by a run of the default graph so lowered on
+        the validation inputs (remembered per node set)."""
+        step = Step("int8", Site(nodes, "fit"), tuple(sorted(params.items())))
+        if self.sensitivity.estimate((step,)) > self.max_loss:
+            return False
+        if not exact:
+            return True
+        key = (Sensitivity.variant("int8", params), frozenset(o for n in nodes for o in origins(n)))
+        if key not in self._fit_losses:
+            t0 = time.perf_counter()
+            origin_site = Site(tuple(sorted(key[1])), "fit")
+            lowered = ACTIONS["int8"].apply(self.sensitivity.model, origin_site, params, self.ctx)
+            self._fit_losses[key] = float(self.loss_fn(self.reference, run_cpu(lowered, self.feeds)))
+            self.timings["float_fit_s"] += time.perf_counter() - t0
+        return self._fit_losses[key] <= self.max_loss
 
     def finish(self, c: Candidate) -> Candidate:
         c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / self.base_mem,

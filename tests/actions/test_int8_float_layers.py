@@ -110,6 +110,9 @@ def test_search_keeps_the_sensitive_layers_float_where_whole_int8_breaks_the_bou
     ctx = ActionContext(target=info, calibration_feeds=feeds)       # shared: the ranking lives in its cache
     ev = Evaluator(Int8Faster(), info, BALANCED, max_loss, feeds, reference, {"int8"}, ctx=ctx)
     res = beam_search(m, space, ev, ctx, 8, 1, 3, 60.0)
+    numeric = {k: v[0] for k, v in space["int8"].items() if k != "float_layers"}
+    whole_nodes = next(expand(m, int8_space("inputs_outputs", [0]), info))[2].nodes
+    assert not ev.int8_fits(numeric, whole_nodes, True)      # checked exactly: whole int8 breaks the bound
     assert res.top, res.pruned
     best = res.top[0]
     n_quantizable = len(next(expand(m, space, info))[2].nodes)
@@ -133,7 +136,7 @@ def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_with
 
     (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
     bound = 0.5 * estimate(whole.nodes)
-    provide_ranking(ctx.cache, lambda p: sensitivity.table("int8", p), lambda p, nodes: estimate(nodes) <= bound)
+    provide_ranking(ctx.cache, lambda p: sensitivity.table("int8", p), lambda p, nodes, exact: estimate(nodes) <= bound)
     (_, p, fit), = expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache)
     floats = [n for n in whole.nodes if n not in fit.nodes]
     assert p["float_layers"] == "fit" and fit.label.endswith(f", {len(floats)} float")
