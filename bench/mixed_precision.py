@@ -66,8 +66,10 @@ def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_
     def fits(params, nodes, exact):     # as the search's evaluator decides (Evaluator.int8_fits)
         if sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)) > max_loss:
             return False
-        lowered = ACTIONS["int8"].apply(default, Site(nodes, ""), params, ctx) if exact else None
-        return not exact or plan_loss(reference, run_cpu(lowered, feeds)) <= max_loss
+        if not exact:
+            return True
+        peer = on_path(ACTIONS["int8"].apply(default, Site(nodes, ""), params, ctx), feeds, form)
+        return plan_loss(reference, [peer.run(f) for f in feeds]) <= max_loss
 
     # every fixed k (the search offers only those its estimate keeps within the bound), then fit
     out, whole = {}, None
