@@ -54,22 +54,32 @@ def most_sensitive(nodes: tuple[str, ...], sensitivity: dict[str, float], k: int
     return ranked[:k]
 
 
+EXACT_FIT_PROBES = 2     # runs of the lowered graph one fit may spend (each a whole-model run per input)
+
+
 def _fitted(site: Site, ranked: list[str], params: dict, fits: Fits) -> int | None:
-    """How many of the ranked nodes must stay float for the rest to fit the bound, checked
-    exactly (estimates run several times low on some graphs, e.g. a CQT front end); the loss
-    mostly grows as more nodes are lowered, so a bisection finds the fewest in a few runs. None
-    when the whole site fits already (k = 0 is that plan) or not even all ranked ones float do."""
+    """How many of the ranked nodes must stay float for the rest to fit the bound: the fewest by
+    the estimate (it never falls as more nodes are lowered: a bisection, free), then checked by
+    a run, halfway to all float where that still breaks it (estimates ran several times low on a
+    CQT front end), at most EXACT_FIT_PROBES runs. None when the whole site fits by the estimate
+    (k = 0 is that plan) or no probe fits."""
     def rest(k: int) -> tuple[str, ...]:
         out = set(ranked[:k])
         return tuple(n for n in site.nodes if n not in out)
 
-    if fits(params, rest(0), True) or not fits(params, rest(len(ranked)), True):
+    if fits(params, rest(0), False) or not fits(params, rest(len(ranked)), False):
         return None
     lo, hi = 0, len(ranked)          # rest(lo) does not fit, rest(hi) does
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(params, rest(mid), True) else (mid, hi)
-    return hi
+        lo, hi = (lo, mid) if fits(params, rest(mid), False) else (mid, hi)
+    for _ in range(EXACT_FIT_PROBES):
+        if fits(params, rest(hi), True):
+            return hi
+        if hi == len(ranked):
+            return None
+        hi = (hi + len(ranked) + 1) // 2
+    return None
 
 
 def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
