@@ -91,6 +91,8 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
     k = params.get(FLOAT_LAYERS, 0) or 0
     if k == 0:
         return site
+    if params.get("scope", "compute") != "compute":
+        return None         # float layers are chosen among the weighted layers, where int8 pays
     cache = cache or {}
     ranking, fits = cache.get(RANKING_KEY), cache.get(FITS_KEY)
     if ranking is None or (k == FIT and fits is None):

@@ -89,6 +89,8 @@ def test_offered_only_where_a_ranking_is_known(unet):
     # unet_tiny has 11 quantizable layers: 8 float leaves 3, 16 would leave none
     assert [p["float_layers"] for _, p, _ in expand(m, int8_space("inputs_outputs", [0, 8]), info,
                                                     cache=ctx.cache)] == [0, 8]
+    every_op = dict(int8_space("inputs_outputs", [0, 8])["int8"], scope=["all"])     # only weighted layers stay float
+    assert [p["float_layers"] for _, p, _ in expand(m, {"int8": every_op}, info, cache=ctx.cache)] == [0]
 
 
 class Int8Faster:
