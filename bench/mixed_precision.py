@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import tempfile
 import time
@@ -251,6 +252,8 @@ def table(rows: list[dict], max_loss: float) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    # the adapts run this checkout's code (an editable install elsewhere would win over a script's folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="*", default=DEFAULT_MODELS)
     ap.add_argument("--rounds", type=int, default=20, help="interleaved timed rounds")
