@@ -52,7 +52,7 @@ class SearchResult:
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
     return expand(state.model, space, ctx.target, state.steps[-1] if state.steps else None, result.illegal,
-                  cache=ctx.cache)
+                  narrow=False)
 
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,
@@ -146,6 +146,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             for action, params, site in todo:
                 if out_of_time():
                     break
+                t_narrow = time.perf_counter()
+                site = action.narrow(site, params, ctx.cache)      # may measure (int8's float layers)
+                clock["expand_s"] += time.perf_counter() - t_narrow
+                if site is None:
+                    continue
                 cand = consider(state, action, params, site, frontier, stepping)
                 if cand is not None and lookahead and action.lossy:
                     # a precision whose form pays on another path only (OpenVINO's int8) is scored
