@@ -56,9 +56,18 @@ def _params_text(step: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in (step.get("params") or {}).items())
 
 
+def _float_layers(step: dict) -> str:
+    """How many layers an int8 step keeps float, in words ('' for none)."""
+    k = (step.get("params") or {}).get("float_layers") or 0
+    if k == "fit":       # as many as the estimate needed: the site's label says how many
+        k = next((w.split()[0] for w in str(step.get("scope", "")).split(", ")[1:] if w.endswith("float")), "the")
+    return f"{k}" if k else ""
+
+
 def action_name(step: dict) -> str:
     words = _WORDS.get(step.get("kind", ""))
-    return words[0](step.get("params") or {}) if words else step.get("kind", "?")
+    name = words[0](step.get("params") or {}) if words else step.get("kind", "?")
+    return name + (f", {_float_layers(step)} layers float" if _float_layers(step) else "")
 
 
 def action_words(step: dict) -> str:
@@ -66,7 +75,9 @@ def action_words(step: dict) -> str:
     words = _WORDS.get(step.get("kind", ""))
     if words is None:
         return f"{step.get('kind', '?')} ({_params_text(step)})"
-    return words[1](step.get("params") or {})
+    k = _float_layers(step)
+    return words[1](step.get("params") or {}) + (
+        f"; its {k} layers most sensitive to int8 kept in float (mixed precision)" if k else "")
 
 
 def action_where(step: dict, shown: int = 4) -> str:

@@ -153,3 +153,13 @@ def test_plan_json_keeps_the_per_node_lists_in_its_side_file(tmp_path):
     assert stored["actions"] == plan["actions"] and '"nodes": ["Conv_0", "Conv_1", ' in text     # on one line
     assert read_plan(tmp_path) == plan and read_plan(tmp_path / "plan.json") == plan
     assert plan_markdown(stored) == plan_markdown(plan)          # plan.md reads the same from either
+
+
+def test_a_mixed_precision_step_says_how_many_layers_stay_float():
+    mixed = {"kind": "int8", "params": dict(ACTIONS["int8"].with_defaults({}), float_layers=2)}
+    whole = {"kind": "int8", "params": ACTIONS["int8"].with_defaults({})}
+    assert action_name(mixed) == "int8 u8s8, 2 layers float" and action_name(whole) == "int8 u8s8"
+    assert "2 layers most sensitive to int8 kept in float" in action_words(mixed)
+    assert "float (mixed" not in action_words(whole)
+    fit = dict(mixed, params=dict(mixed["params"], float_layers="fit"), scope="compute, 17 float")
+    assert action_name(fit) == "int8 u8s8, 17 layers float"

@@ -29,12 +29,15 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
 
 
 def expand(model, space: dict, target, after: Step | None = None, illegal: dict[str, str] | None = None,
-           lossy: bool | None = None):
+           lossy: bool | None = None, cache: dict | None = None, narrow: bool = True):
     """The action space's one enumerator, used by profile, search and predictor training alike:
     every legal (action, parameter choice, site) of `model` under `space` ({action: domain}).
     after: the step that made `model`; plan-wide directives commute with graph rewrites, so after
     a directive only directives later in name order follow (each combination is reached once).
-    illegal: collects action -> its last refusal. lossy: only lossy (True) or lossless (False) actions."""
+    illegal: collects action -> its last refusal. lossy: only lossy (True) or lossless (False) actions.
+    cache: the run's shared action cache, which may narrow sites (Action.narrow: int8's float layers);
+    narrow=False leaves that to the caller (the search narrows an expansion only when its budget
+    reaches it: narrowing may measure)."""
     last_keeps = after is not None and ACTIONS[after.kind].keeps_graph(dict(after.params))
     for name, domain in space.items():
         action = ACTIONS[name]
@@ -44,6 +47,10 @@ def expand(model, space: dict, target, after: Step | None = None, illegal: dict[
             if last_keeps and (not action.keeps_graph(params) or name <= after.kind):
                 continue
             for site in action.sites(model, params, target):
+                if narrow:
+                    site = action.narrow(site, params, cache)
+                    if site is None:
+                        continue
                 reason = action.legal(model, site, params, target)
                 if reason:
                     if illegal is not None:

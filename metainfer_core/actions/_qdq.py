@@ -28,7 +28,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins, wiring
-from metainfer_core.normalize.graph_utils import attr_value, clone
+from metainfer_core.normalize.graph_utils import attr_value, clone, node_reads
 from metainfer_core.tensors import quiet_session_options, tensor_infos
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
@@ -252,6 +252,9 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
     infos = infos_of(model)
     inits = {i.name: i for i in g.initializer}
     graph_outputs = {o.name for o in g.output}
+    # an op whose output a subgraph (an If branch) reads stays float: a fold would rename that
+    # output, and ONNX Runtime's QDQ fusion aborts the process on a DequantizeLinear read there
+    read_inside = {t for n in g.node for t in node_reads(n) - set(n.input)}
     wanted = set(node_names)
     opset = opset_of(model)
     if per_channel is True and opset < 13:
@@ -263,7 +266,7 @@ def quantize(model: onnx.ModelProto, node_names: set[str] | list[str] | tuple[st
     ops = ALL_OPS + (INPUTS_ONLY_OPS if inputs_only else ())
     weighted = COMPUTE_OPS + (INPUTS_ONLY_OPS if inputs_only else ())
     chosen = [n for n in g.node if n.name in wanted and n.op_type in ops and len(n.output) == 1
-              and is_float(n.output[0]) and any(is_float(i) for i in n.input)]
+              and is_float(n.output[0]) and n.output[0] not in read_inside and any(is_float(i) for i in n.input)]
     chosen_ids = {id(n) for n in chosen}
     producer, consumers = wiring(g)
 

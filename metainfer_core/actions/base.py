@@ -103,6 +103,11 @@ class Action(ABC):
             domains.append(values)
         return [dict(zip(names, combo)) for combo in itertools.product(*domains)]
 
+    def narrow(self, site: Site, params: dict[str, Any], cache: dict | None) -> Site | None:
+        """The site as this run's context narrows it (`cache`: the actions' shared cache, where
+        a search leaves what it measured); None drops it. Most actions take the site as it is."""
+        return site
+
     @abstractmethod
     def sites(self, model: onnx.ModelProto, params: dict[str, Any], target: TargetInfo) -> list[Site]:
         """Where the action can apply on this target (sites it could never run are left out)."""

@@ -3,13 +3,14 @@ calibrated on the run's calibration inputs: random, or the user's .npz), the for
 Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels, or in
 OpenVINO's placement (only what quantized ops read, symmetric activations, float outputs) where
 the target offers an OpenVINO path. The rewrite itself is metainfer_core.actions._qdq (linear in
-the graph size)."""
+the graph size). `float_layers` keeps the most sensitive layers out of scope (float_layers.py)."""
 from __future__ import annotations
 
 from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize, range_table
 import json
 
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
+from metainfer_core.actions.float_layers import FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
 from metainfer_core.actions.binding import offered
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import PATH_KEY, set_model_meta
@@ -35,7 +36,15 @@ class Int8(Action):
                            "QLinear kernels); inputs: only what quantized ops read, activations symmetric by sign, "
                            "outputs and biases float (OpenVINO's form: offered where the target has the "
                            "openvino:f32 path, and binds the plan to it; activation_type does not apply)"),
+        FLOAT_LAYERS: Param(0, FLOAT_LAYERS_DOMAIN,
+                            "mixed precision: the k quantizable layers most sensitive to int8 (per-node "
+                            "sensitivity on the run's inputs) stay in float, on whichever path runs the plan "
+                            "(ONNX Runtime f32; OpenVINO f32 or bf16); fit: the fewest that bring the estimated "
+                            "loss within accuracy.max_loss; offered in a search only"),
     }
+
+    def narrow(self, site, params, cache):
+        return narrowed(site, params, cache)
 
     def sites(self, model, params, target):
         if not is_float32_model(model) or not any(n.op_type in COMPUTE_OPS for n in model.graph.node):

@@ -56,7 +56,8 @@ class SearchResult:
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
-    return expand(state.model, space, ctx.target, state.steps[-1] if state.steps else None, result.illegal)
+    return expand(state.model, space, ctx.target, state.steps[-1] if state.steps else None, result.illegal,
+                  narrow=False)
 
 
 def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]], evaluator: Evaluator,
@@ -245,7 +246,11 @@ class _Search:
                 return None
             t_start = time.perf_counter()
             measured_before = self.evaluator.measuring_s()
-            cand = self.made[memo] = self._make(state, action, params, site, step)
+            narrowed = action.narrow(site, params, self.ctx.cache)     # may measure (int8's float layers)
+            if narrowed is not None and narrowed != site:
+                site, step = narrowed, Step(action.name, narrowed, step.params)
+            cand = self.made[memo] = (self._make(state, action, params, site, step) if narrowed is not None
+                                      else None)
             spent = time.perf_counter() - t_start
             if self.evaluator.measuring_s() > measured_before:
                 self.fresh_s = max(self.fresh_s, spent) if self.fresh_seen else spent

@@ -9,14 +9,16 @@ ratio, and the accuracy loss the path adds (search/path_costs.py); its exact che
 from __future__ import annotations
 
 import time
+import weakref
 from collections import defaultdict
 from typing import Callable
 
 import numpy as np
 
 from metainfer_core.accuracy import plan_loss, run_cpu
-from metainfer_core.actions import ActionContext
-from metainfer_core.actions.base import infos_of, kernels_of
+from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
+from metainfer_core.actions.base import infos_of, kernels_of, origins
+from metainfer_core.actions.float_layers import numeric_steps, provide_ranking
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import double_buffered
@@ -61,6 +63,7 @@ class Evaluator:
         self.ctx = ctx or ActionContext(target=target, calibration_feeds=feeds)
         self.max_probes = max_probes
         self.sensitivity: Sensitivity | None = None
+        self._fit_losses: dict[tuple, float] = {}       # int8 float_layers=fit: exact losses probed
         self.base_latency = 1.0
         self.base_mem = 1
         self.timings: dict[str, float] = defaultdict(float)
@@ -120,7 +123,7 @@ class Evaluator:
             if self.sensitivity is None:
                 raise RuntimeError("set_baseline() first: sensitivities are measured on the default plan")
             before = self.sensitivity.seconds
-            c.accuracy_loss = self.sensitivity.estimate(c.steps)
+            c.accuracy_loss = self.sensitivity.estimate(numeric_steps(c.steps))
             c.accuracy_exact = False
             self.timings["sensitivity_s"] += self.sensitivity.seconds - before
         if cost is not None:
@@ -131,7 +134,7 @@ class Evaluator:
     def measuring_s(self) -> float:
         """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
         return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
-            self.paths.seconds if self.paths is not None else 0.0)
+            self.paths.seconds if self.paths is not None else 0.0) + self.timings["float_fit_s"]
 
     def fresh_cost_prior_s(self, lossy: bool = True) -> float:
         """What measuring a new precision or path likely costs before any was: a few runs of
@@ -165,16 +168,44 @@ class Evaluator:
         return cost
 
     def set_baseline(self, default: Candidate) -> None:
-        self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
-                                       self.loss_fn)
-        if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
-            self.paths.know(default.model, self.reference)
-            self.sensitivity.on_run = self.paths.know
+        # the same default again (the stage sizes the search, then searches): its tables still hold
+        if self.sensitivity is None or self.sensitivity.model is not default.model:
+            self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
+                                           self.loss_fn)
+            if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
+                self.paths.know(default.model, self.reference)
+                self.sensitivity.on_run = self.paths.know
+        # int8's float_layers: its most sensitive layers by the table the estimates use (measured
+        # once per int8 variant, on first use); held weakly, as the cache outlives the search
+        me = weakref.ref(self)
+        provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params),
+                        lambda params, nodes, exact: me().int8_fits(params, nodes, exact))
         self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,
                                     self.target.memory_budget, self.weights.memory_floor)
         self.finish(default)
+
+    def int8_fits(self, params: dict, nodes: tuple[str, ...], exact: bool) -> bool:
+        """Whether int8 (`params`, without float_layers) on just these nodes keeps the loss within
+        the bound: by the estimate, and (exact) then by a run of the default graph so lowered on
+        the validation inputs, on its execution path (remembered per node set)."""
+        step = Step("int8", Site(nodes, "fit"), tuple(sorted(params.items())))
+        if self.sensitivity.estimate((step,)) > self.max_loss:
+            return False
+        if not exact:
+            return True
+        key = (Sensitivity.variant("int8", params), frozenset(o for n in nodes for o in origins(n)))
+        if key not in self._fit_losses:
+            t0 = time.perf_counter()
+            origin_site = Site(tuple(sorted(key[1])), "fit")
+            lowered = ACTIONS["int8"].apply(self.sensitivity.model, origin_site, params, self.ctx)
+            # on the path the form runs on (OpenVINO's int8 kernels round otherwise than ORT's reading)
+            bound = self.paths is not None and not ExecutionPath.of(lowered).is_default
+            outputs = self.paths.run(lowered) if bound else run_cpu(lowered, self.feeds)
+            self._fit_losses[key] = float(self.loss_fn(self.reference, outputs))
+            self.timings["float_fit_s"] += time.perf_counter() - t0
+        return self._fit_losses[key] <= self.max_loss
 
     def finish(self, c: Candidate) -> Candidate:
         c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / self.base_mem,

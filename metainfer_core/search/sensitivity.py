@@ -82,8 +82,9 @@ class Sensitivity:
 
     @staticmethod
     def variant(kind: str, params: dict) -> tuple:
-        """What changes a node's numerics: the precision and its parameters, not the scope."""
-        return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k != "scope"))
+        """What changes a node's numerics: the precision and its parameters, not which nodes
+        (the scope, int8's float_layers)."""
+        return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k not in ("scope", "float_layers")))
 
     def knows(self, kind: str, params: dict) -> bool:
         """Whether this variant's sensitivities are measured already (re-used by every plan)."""

@@ -7,14 +7,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.actions import ACTIONS, ActionContext, expand
 from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath, missing_paths
 from metainfer_core.budget import eta
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.prepare import Prepared
 from metainfer_core.predictor import CostModel
-from metainfer_core.search.beam import SearchResult, beam_search, expansions
+from metainfer_core.search.beam import SearchResult, beam_search
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
 from metainfer_core.search.path_costs import PathCosts
@@ -57,8 +57,8 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
         return SearchOutcome(None, reason, default, time.perf_counter() - t0)
     # adaptive switch, second part: even a plan at 0 ms saves at most the default's latency on each
     # of the runs the plan will serve; skip when that cannot pay back the expected search time
-    root = SearchResult(default=default, top=[])
-    n_root = sum(1 for _ in expansions(default, s.action_space.domains(), ctx, root))
+    # (counted without the run's cache: int8's float_layers narrowing would be measured here for nothing)
+    n_root = sum(1 for _ in expand(default.model, s.action_space.domains(), info))
     expected_candidates = n_root * (1 + s.search.beam_width * (s.search.depth - 1))
     # what is left of the allowance after measuring the paths and the baseline
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else float("inf")
