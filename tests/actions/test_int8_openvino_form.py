@@ -16,10 +16,17 @@ from metainfer_core.search.path_costs import graph_class
 from metainfer_core.zoo import build
 
 from action_checks import apply, loss
+from metainfer_core.backends.ov_backend import device_precisions
 from metainfer_core.backends.paths import ExecutionPath
 from test_binding import bind
 from twins import host
 from twins import backend
+
+# How far OpenVINO's int8 kernels may round from ONNX Runtime's reading of the same QDQ graph:
+# under 1e-3 on CPUs with AMX or AVX512_BF16; on a VNNI-only CPU its int8 convolutions round
+# otherwise (5e-3 to 1e-2 on unet_tiny). Plans bound there are judged by the loss measured on the
+# path itself (path costs, verify); this bound still catches a Concat on mixed scales (3e-2).
+OV_ROUNDING = 1e-3 if "bf16" in device_precisions() else 2e-2
 
 OV_INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
            "calibrate_method": "MinMax", "placement": "inputs"}
@@ -62,7 +69,8 @@ def test_quantizes_only_what_quantized_ops_read_symmetric_with_float_biases():
     assert graph_class(out) == "int8-inputs"
     # bound to OpenVINO (f32 for the float remainder); binding may still move it to bf16
     assert ExecutionPath.of(out) == ExecutionPath("openvino", "f32")
-    assert ExecutionPath.of(bind(out, "openvino", "bf16", host().info)) == ExecutionPath("openvino", "bf16")
+    if "bf16" in device_precisions():       # offered where the CPU has the datapath
+        assert ExecutionPath.of(bind(out, "openvino", "bf16", host().info)) == ExecutionPath("openvino", "bf16")
     assert graph_class(apply("int8", m, dict(OV_INT8, placement="inputs_outputs"), target="cpu")[0]) == "int8"
 
 
@@ -81,7 +89,7 @@ def test_unet_concats_share_a_scale_and_openvino_computes_what_ort_does():
     assert ExecutionPath.of(out) == ExecutionPath("openvino", "f32")      # a plan for OpenVINO
     compiled = host().compile(out)
     # the same int8 arithmetic up to where each runtime rounds (a Concat on mixed scales gave 3e-2)
-    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < 1e-3
+    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING
 
 
 def test_offered_only_with_an_openvino_path_and_once_per_scope():
@@ -106,4 +114,4 @@ def test_scope_all_concats_share_a_scale_too():
     on_ort = run_cpu(out, feeds)
     assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
     compiled = host().compile(out)
-    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < 1e-3
+    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING
