@@ -53,11 +53,21 @@ def _raise_interrupt(signum, _frame):
 def _stopped(exc: BaseException) -> str | None:
     """The signal that ended the run, by name, when `exc` is how an interrupt surfaces (or
     whatever a library raised instead once one had arrived)."""
-    if isinstance(exc, KeyboardInterrupt):
-        return stop_signal() or "SIGINT"
-    if isinstance(exc, Terminated) or getattr(exc, "signal", None) == signal.SIGTERM:   # Prefect's TerminationSignal
-        return stop_signal() or "SIGTERM"
+    for e in _causes(exc):       # a library may raise its own error while the interrupt unwinds it
+        if isinstance(e, KeyboardInterrupt):
+            return stop_signal() or "SIGINT"
+        if isinstance(e, Terminated) or getattr(e, "signal", None) == signal.SIGTERM:   # Prefect's TerminationSignal
+            return stop_signal() or "SIGTERM"
     return stop_signal()
+
+
+def _causes(exc: BaseException):
+    """`exc` and the exceptions it was raised from or while handling, each once."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 def _say_stopped(name: str) -> int:

@@ -18,7 +18,10 @@ QUIET = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",                    # Prefect's client-side usage events (and its first-run notice)
     "PREFECT_LOGGING_LEVEL": "WARNING",
-    "PREFECT_LOGGING_TO_API_ENABLED": "true",             # the stage lines reach the UI's flow-run page (tasks/progress.py)
+    # the stage lines reach the flow-run page of a Prefect server named by PREFECT_API_URL (tasks/
+    # progress.py); not with the temporary server a run starts itself, which stops with the run: a
+    # run stopped by a signal would then wait on its queued log lines
+    "PREFECT_LOGGING_TO_API_ENABLED": "true" if os.environ.get("PREFECT_API_URL") else "false",
     "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",   # a log line outside a run stays on the terminal
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
     "GIT_PYTHON_REFRESH": "quiet",
