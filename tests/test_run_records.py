@@ -30,7 +30,9 @@ def tiny_run(tmp_path_factory):
     np.savez(tmp / "samples.npz", input=np.random.default_rng(0).standard_normal((3, 1, 256)).astype(np.float32))
     artifacts = tmp / "artifacts"
     with TemporaryServer(str(tmp / "prefect")) as api_url:
-        env = flow_env(PREFECT_API_URL=api_url)
+        # (explicit: in-process tests of this session may have set it false in os.environ, which the
+        # flow would inherit; a user's environment naming a server turns it on: tasks/environment.py)
+        env = flow_env(PREFECT_API_URL=api_url, PREFECT_LOGGING_TO_API_ENABLED="true")
         proc = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt.py"), "model=file",
                                f"model.path={tmp / 'tinynet' / 'model.onnx'}", f"data.inputs={tmp / 'samples.npz'}",
                                "search=quick", "budget.total_s=30", f"paths.artifacts={artifacts}"],
