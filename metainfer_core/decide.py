@@ -128,9 +128,12 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
     for i, (sc, why) in eligible.items():
         if i == best:
             continue
-        lost = ("" if objective is None else
-                f", score {sc:.3f}: not faster beyond noise than the chosen plan, with more actions" if simpler is not None
-                and sc < chosen_score else f", score {sc:.3f} vs {chosen_score:.3f}: {_what_lost(terms[i], terms[best])}")
+        if objective is None:
+            lost = ""
+        elif sc < chosen_score:     # it scored better, but the simpler plan is not slower beyond noise
+            lost = f", score {sc:.3f}: not faster beyond noise than the chosen plan, with more actions"
+        else:
+            lost = f", score {sc:.3f} vs {chosen_score:.3f}: {_what_lost(terms[i], terms[best])}"
         verdicts[candidates[i].label] = f"eligible, not chosen ({why}{lost})"
     c = candidates[best]
     scored = f", score {eligible[best][0]:.3f}" if objective is not None else ""
