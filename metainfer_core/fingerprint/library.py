@@ -246,14 +246,17 @@ class FingerprintLibrary:
 
 
 def _create_schema(engine, attempts: int = 5) -> None:
-    # Hosts starting at once race to create the tables; on PostgreSQL the loser's CREATE fails
-    # (duplicate type/relation) instead of waiting, so look again: the winner's tables are there.
+    # Hosts or workers starting at once race to create the tables; the loser's CREATE fails
+    # (PostgreSQL: duplicate type/relation; SQLite: "table ... already exists", or "database is locked"
+    # while the winner switches the new file to WAL) instead of waiting, so look again.
     for attempt in range(attempts):
         try:
             Base.metadata.create_all(engine)
             return
-        except (IntegrityError, ProgrammingError):
-            if attempt == attempts - 1:
+        except (IntegrityError, ProgrammingError, OperationalError) as e:
+            lost_race = not isinstance(e, OperationalError) or any(
+                m in str(e.orig) for m in ("already exists", "database is locked"))
+            if not lost_race or attempt == attempts - 1:
                 raise
             time.sleep(0.2 * (attempt + 1))
 
