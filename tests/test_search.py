@@ -330,3 +330,31 @@ def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monke
     assert res.stopped_by_budget and res.skipped > 0
     assert len(scored) == len(set(scored)) == res.evaluated
     assert res.search_s < 2.0 + 3.0         # the exact checks of the best few come after
+
+
+def test_a_slow_precision_does_not_price_an_execution_path_out_of_the_budget(models, monkeypatch):
+    """A precision's sensitivity made slow as on a large model (3 s): measuring an execution
+    path is a few runs, not that, so the search still binds the int8 plan to OpenVINO inside a
+    budget the precision has mostly used up (priced alike, the path was left out as too long)."""
+    import time
+
+    from metainfer_core.search.path_costs import PathCosts
+    from metainfer_core.search.sensitivity import Sensitivity
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    if "openvino:f32" not in be.info.extra.get("execution_paths", []):
+        pytest.fail("the host offers no OpenVINO path (openvino is pinned in requirements.lock)")
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
+                   paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss))
+    real = Sensitivity._measure
+
+    def slow(self, kind, params):
+        time.sleep(3.0)
+        return real(self, kind, params)
+
+    monkeypatch.setattr(Sensitivity, "_measure", slow)
+    space = {"int8": {**INT8, "scope": ["compute"]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
+    res = beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=2, depth=1,
+                      top_k=3, time_budget_s=6.0)
+    assert any(k.startswith("openvino:f32|int8") for k in ev.paths.measured), (ev.paths.measured, res.skipped, res.evaluated, res.failed, res.pruned, res.search_s)

@@ -161,10 +161,10 @@ class _Search:
         self.per_action: dict[str, float] = {}
         self.skipped: set[tuple] = set()     # expansions left out: they would have ended past the budget
         self.warm_s = 0.0       # the longest expansion that measured nothing new so far
-        # the longest that measured a new precision's sensitivity or a new path; before the
-        # first, an estimate (Evaluator.fresh_cost_prior_s)
+        # per sort (a new precision's sensitivity, a new path): the longest expansion that
+        # measured one; before the first of its sort, an estimate (Evaluator.fresh_cost_prior_s)
         self.fresh_s = evaluator.fresh_cost_prior_s(lossy)
-        self.fresh_seen = False
+        self.fresh_seen: set[str] = set()
 
     # --- the budget -------------------------------------------------------------------------
     def out_of_time(self) -> bool:
@@ -183,7 +183,7 @@ class _Search:
         far of its sort: one that measures a new precision or execution path costs seconds on a
         large model, one that re-uses those measurements only its rewrite and its scoring."""
         fresh = self.evaluator.measures_anew(state, action, params)
-        return time.perf_counter() + self.warm_s + (self.fresh_s if fresh else 0.0) <= until
+        return time.perf_counter() + self.warm_s + (self.fresh_s[fresh] if fresh else 0.0) <= until
 
     # --- expanding --------------------------------------------------------------------------
     def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False):
@@ -198,7 +198,7 @@ class _Search:
             if defer_directives:
                 # the dive: what re-uses every measurement first (it fits a level's slice), a
                 # directive last (it ends the dive's growth), else cheapest-first as ever
-                todo = sorted(todo, key=lambda t: (_keeps(t), self.evaluator.measures_anew(state, t[0], t[1])))
+                todo = sorted(todo, key=lambda t: (_keeps(t), bool(self.evaluator.measures_anew(state, t[0], t[1]))))
             self.clock["expand_s"] += time.perf_counter() - t_exp
             for action, params, site in todo:
                 # a level's first may run past its slice (within the budget): a dive whose state
@@ -246,6 +246,8 @@ class _Search:
                 return None
             t_start = time.perf_counter()
             measured_before = self.evaluator.measuring_s()
+            # what is measured without being foreseen (int8's float-layer fits) is priced as a precision
+            fresh = self.evaluator.measures_anew(state, action, params) or "precision"
             narrowed = action.narrow(site, params, self.ctx.cache)     # may measure (int8's float layers)
             if narrowed is not None and narrowed != site:
                 site, step = narrowed, Step(action.name, narrowed, step.params)
@@ -253,8 +255,8 @@ class _Search:
                                       else None)
             spent = time.perf_counter() - t_start
             if self.evaluator.measuring_s() > measured_before:
-                self.fresh_s = max(self.fresh_s, spent) if self.fresh_seen else spent
-                self.fresh_seen = True
+                self.fresh_s[fresh] = max(self.fresh_s[fresh], spent) if fresh in self.fresh_seen else spent
+                self.fresh_seen.add(fresh)
             else:
                 self.warm_s = max(self.warm_s, spent)
         if cand is None:

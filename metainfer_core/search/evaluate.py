@@ -136,24 +136,27 @@ class Evaluator:
         return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
             self.paths.seconds if self.paths is not None else 0.0) + self.timings["float_fit_s"]
 
-    def fresh_cost_prior_s(self, lossy: bool = True) -> float:
-        """What measuring a new precision or path likely costs before any was: a few runs of
-        the default plan per validation input at its predicted latency (measured targets),
-        and, where the search may lower precision, a few times what the sensitivities' shared
-        fp32 pass took (measured now: it is needed by the first precision anyway)."""
+    def fresh_cost_prior_s(self, lossy: bool = True) -> dict[str, float]:
+        """What measuring something new likely costs before any was, per sort (measures_anew):
+        a new execution path a few runs of the default plan per validation input at its
+        predicted latency (measured targets); a new precision at least that and, where the
+        search may lower precision, a few times what the sensitivities' shared fp32 pass took
+        (measured now: it is needed by the first precision anyway)."""
         runs = 0.0 if self.modeled else self.base_latency / 1e3 * (len(self.feeds) + 4)
         shared = self.sensitivity.prepare() if lossy and self.sensitivity is not None else 0.0
-        return max(runs, PASSES_PER_PRECISION * shared)
+        return {"path": runs, "precision": max(runs, PASSES_PER_PRECISION * shared)}
 
-    def measures_anew(self, state: Candidate, action, params: dict) -> bool:
-        """Whether scoring `action` on `state` would measure something new (a precision's
-        sensitivity, an execution path on a class of graph): seconds on a large model, where a
-        re-used measurement costs nothing."""
+    def measures_anew(self, state: Candidate, action, params: dict) -> str | None:
+        """What scoring `action` on `state` would measure anew: "precision" (its sensitivity),
+        "path" (an execution path on a class of graph), or None. Seconds on a large model, where
+        a re-used measurement costs nothing; a path costs a few runs where a precision's
+        sensitivity costs traced runs of the whole graph, so the two are priced apart."""
         if action.lossy and self.sensitivity is not None and not self.sensitivity.knows(action.name, params):
-            return True
-        if action.name == "binding" and self.paths is not None:
-            return not self.paths.knows(action.path(action.with_defaults(params)), state.model)
-        return False
+            return "precision"
+        if action.name == "binding" and self.paths is not None \
+                and not self.paths.knows(action.path(action.with_defaults(params)), state.model):
+            return "path"
+        return None
 
     def _path_cost(self, c: Candidate, path: ExecutionPath):
         if self.paths is None:
