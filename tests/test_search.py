@@ -12,6 +12,7 @@ from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.actions.base import kernels_of
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.directives import FUSION_KEY, STRATEGY_KEY
@@ -358,3 +359,33 @@ def test_a_slow_precision_does_not_price_an_execution_path_out_of_the_budget(mod
     res = beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=2, depth=1,
                       top_k=3, time_budget_s=6.0)
     assert any(k.startswith("openvino:f32|int8") for k in ev.paths.measured), (ev.paths.measured, res.skipped, res.evaluated, res.failed, res.pruned, res.search_s)
+
+
+def test_on_a_measured_target_predictions_are_anchored_on_the_default_timed_there(settings_for):
+    """The default plan is timed on the target before the search: it is predicted as measured
+    (a predictor 10x off overall no longer misleads the budget or the report) and every plan
+    keeps its predicted ratio to it; a modeled target is not timed."""
+    from metainfer_core.search.anchor import measured_default_ms
+
+    class TenfoldCostModel(FakeCostModel):      # the same ranking, every number 10x high
+        def predict_kernels_ms(self, kernels):
+            return 10 * super().predict_kernels_ms(kernels)
+
+    s = settings_for("target=cpu", "search=quick", "action_space=lossless", "search.expected_runs=100000000")
+    prepared = prepare(s, False, progress=lambda msg: None)
+    be = backend_for(s)
+    out = search_stage(s, prepared, be, TenfoldCostModel(), progress=lambda msg: None)
+    anchor = out.extra["anchor"]
+    fake_default = FakeCostModel().predict_ms(kernels_of(prepared.model))
+    assert anchor["predicted_default_ms"] == pytest.approx(10 * fake_default)
+    assert out.default.latency_ms == pytest.approx(anchor["measured_default_ms"])
+    again = measured_default_ms(be, prepared.model, prepared.feeds[0])     # the same quantity, timed again
+    assert 0.5 < anchor["measured_default_ms"] / again < 2.0
+    assert out.result.top
+    for c in out.result.top:        # (a plan bound to another path also keeps that path's measured ratio)
+        raw = FakeCostModel().predict_ms(kernels_of(c.model)) * c.binding.get("path_ratio", 1.0)
+        assert c.latency_ms / out.default.latency_ms == pytest.approx(raw / fake_default, rel=1e-6)
+    modeled = search_stage(settings_for("target=gpu", "search=quick", "action_space=lossless",
+                                        "search.expected_runs=100000000"), prepared, backend("gpu"), FakeCostModel(),
+                           progress=lambda msg: None)
+    assert modeled.extra["anchor"]["measured_default_ms"] is None

@@ -56,8 +56,12 @@ class Evaluator:
     def __init__(self, cost_model: CostModel, target: TargetInfo, weights: Weights, max_loss: float,
                  feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
                  ctx: ActionContext | None = None, max_probes: int = MAX_PROBES, loss_fn: Callable = plan_loss,
-                 paths: PathCosts | None = None):
+                 paths: PathCosts | None = None, anchor_ms: float | None = None):
+        """anchor_ms: the default plan's latency measured on the target (search/anchor.py): every
+        prediction is scaled by it over the default's prediction."""
         self.loss_fn, self.paths = loss_fn, paths
+        self.anchor_ms, self.scale = anchor_ms, 1.0
+        self.predicted_default_ms: float | None = None      # before the anchor scaled it
         self.cost_model, self.target, self.weights, self.max_loss = cost_model, target, weights, max_loss
         self.feeds, self.reference, self.lossy = feeds, reference, lossy
         self.ctx = ctx or ActionContext(target=target, calibration_feeds=feeds)
@@ -83,7 +87,8 @@ class Evaluator:
                      "host": [{"kernel": k.op_type, "nodes": k.node_names[:4], "reason": r}
                               for k, r in zip(kernels, reasons) if r is not None]}
         double = self.modeled and double_buffered(m)
-        latency = parent.graph_latency_ms if parent is not None else graph_ms(self.cost_model, kernels, infos)
+        latency = parent.graph_latency_ms if parent is not None else \
+            graph_ms(self.cost_model, kernels, infos) * self.scale
         c.graph_latency_ms = latency
         staging = 0
         streamed = bool(self.target.extra.get("weights_streamed"))
@@ -183,7 +188,12 @@ class Evaluator:
         me = weakref.ref(self)
         provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params),
                         lambda params, nodes, exact: me().int8_fits(params, nodes, exact))
+        self.scale = 1.0
         self.measure(default)
+        if self.anchor_ms and default.latency_ms > 0:
+            self.predicted_default_ms = default.latency_ms
+            self.scale = self.anchor_ms / default.latency_ms
+            self.measure(default)
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,
                                     self.target.memory_budget, self.weights.memory_floor)

@@ -14,6 +14,7 @@ from metainfer_core.budget import eta
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.prepare import Prepared
 from metainfer_core.predictor import CostModel
+from metainfer_core.search.anchor import measured_default_ms
 from metainfer_core.search.beam import SearchResult, beam_search
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
@@ -43,9 +44,12 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     weights = Weights.of(s.weights)
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
     ctx = ActionContext(target=info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
+    # a measured target times the unchanged model once: the predictions' anchor (search/anchor.py)
+    anchor_ms = measured_default_ms(backend, prepared.model, prepared.feeds[0]) if info.measurement == "measured" \
+        else None
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
-                          paths=path_costs(s, prepared, backend))
+                          paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms)
     default = Candidate(prepared.model)
     t_eval = time.perf_counter()
     evaluator.set_baseline(default)
@@ -103,6 +107,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     return SearchOutcome(result, None, result.default, time.perf_counter() - t0,
                          {"search_timings": result.timings, "expected_search_s": expected_search_s, "warnings": findings,
                           "possible_saving_s": saving_s,
+                          "anchor": {"measured_default_ms": anchor_ms, "predicted_default_ms": evaluator.predicted_default_ms},
                           "execution_paths": evaluator.paths.measured if evaluator.paths else {}})
 
 
