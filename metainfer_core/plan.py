@@ -196,7 +196,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                     "duplicates": outcome.result.duplicates, "pruned": outcome.result.pruned,
                     "illegal": outcome.result.illegal, "failed": outcome.result.failed,
                     "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings,
-                    "execution_paths": outcome.extra.get("execution_paths", {})}
+                    "execution_paths": outcome.extra.get("execution_paths", {}),
+                    "anchor": outcome.extra.get("anchor")}
                    if outcome.result else None),
         "timings": timings,
         "budget": budget.as_dict() if budget is not None else None,

@@ -66,6 +66,7 @@ def test_search_binds_each_model_to_its_faster_path(run_flow, tmp_path):
         res = run_flow("adapt", *args, *([f"model.input_shapes={shapes}"] if shapes else []))
         assert res.returncode == 0, res.stderr
         plan = res.plan
+        assert plan["search"]["anchor"]["measured_default_ms"] > 0      # timed on the host before the search
         if path == unet:    # OpenVINO's int8 form (slow on ONNX Runtime) was scored on the OpenVINO path at once
             assert any("|int8-inputs" in k and k.startswith("openvino") for k in plan["search"]["execution_paths"])
         # which path wins depends on the CPU (the U-Net takes OpenVINO where it has a bf16 datapath,
