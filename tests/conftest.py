@@ -2,7 +2,9 @@
 tmp_path, and a runner for the command-line flows."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +53,60 @@ def run_flow():
         return FlowResult(proc)
 
     return run
+
+
+# --- running the suite on several workers (pytest-xdist, `-n` in pyproject's addopts) -------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: measures wall time or timing-sensitive figures; under pytest-xdist no "
+                                       "other test runs while it does")
+
+
+def _shared_fixtures(item) -> list:
+    """The module- or session-scoped fixtures defined in tests/ that `item` uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    out = []
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        for d in defs:
+            code = getattr(d.func, "__code__", None)
+            if d.scope in ("session", "package", "module") and code \
+                    and Path(code.co_filename).is_relative_to(TESTS):
+                out.append(d)
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup` a test that uses a costly fixture shared by several tests (module or
+    session scope, defined here in tests/) runs on the worker that holds that fixture: one group per
+    session fixture, else per module. (Before xdist's own hook, which reads the marks.)"""
+    for item in items:
+        shared = _shared_fixtures(item)
+        if shared:
+            session = sorted(d.argname for d in shared if d.scope != "module")
+            item.add_marker(pytest.mark.xdist_group(session[0] if session else item.module.__name__))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist: an `alone` test holds the run's lock exclusively, every other test shares
+    it (around its whole set-up, call and tear-down, module fixtures included). The gate gives an
+    `alone` test that waits priority over the next shared ones."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return (yield)
+    folder = item.config._tmp_path_factory.getbasetemp().parent      # one per run, shared by its workers
+    with open(folder / "tests.gate", "a+") as gate, open(folder / "tests.lock", "a+") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if item.get_closest_marker("alone"):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
