@@ -2,7 +2,10 @@
 tmp_path, and a runner for the command-line flows."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +44,42 @@ class FlowResult:
         return json.loads(self.plan_path.read_text())
 
 
+# what a flow does before its first stage on first use of paths.artifacts (tasks/stores.py): the
+# MLflow, fingerprint-library and Prefect schemas created, the temporary server started and stopped
+_MIGRATE = """
+import contextlib, sys
+import prefect  # noqa: F401  (imported, as by every flow: the embedded run starts its temporary server)
+from tasks import stores
+from tasks.compose import load_settings
+s, _ = load_settings(sys.argv[1:])
+stores.check(s)
+with contextlib.ExitStack() as stack:
+    stores.prepare(s, stack)
+"""
+
+
+@pytest.fixture(scope="session")
+def _migrated_store(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("migrated") / "artifacts"
+    proc = subprocess.run([sys.executable, "-c", _MIGRATE, f"paths.artifacts={folder}"], cwd=ROOT, env=flow_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder
+
+
+@pytest.fixture(scope="session")
+def migrated(_migrated_store):
+    """migrated(folder) -> folder holding a copy of stores a first run has migrated: for a test
+    whose flow runs start in an empty paths.artifacts but check nothing of the first use (the
+    migrations cost more than a small run; first use is test_faults.py's and test_flow_cwd.py's),
+    the folder then is as after a run that wrote nothing else."""
+    def copy(folder: Path) -> Path:
+        shutil.copytree(_migrated_store, folder, dirs_exist_ok=True)
+        return folder
+
+    return copy
+
+
 @pytest.fixture
 def run_flow():
     """run_flow("adapt", "target=cpu", ...) runs `python flows/<name>.py` as a user would."""
@@ -51,3 +90,63 @@ def run_flow():
         return FlowResult(proc)
 
     return run
+
+
+# --- running the suite on several workers (pytest-xdist, `-n` in pyproject's addopts) -------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "alone: measures wall time or timing-sensitive figures; under pytest-xdist no "
+                                       "other test runs while it does")
+
+
+PER_WORKER = {"_migrated_store", "migrated"}      # cheap enough to make once on each worker
+
+
+def _shared_fixtures(item) -> list:
+    """The module- or session-scoped fixtures defined in tests/ that `item` uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    out = []
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        for d in defs:
+            code = getattr(d.func, "__code__", None)
+            if d.scope in ("session", "package", "module") and d.argname not in PER_WORKER and code \
+                    and Path(code.co_filename).is_relative_to(TESTS):
+                out.append(d)
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup` a test that uses a costly fixture shared by several tests (module or
+    session scope, defined here in tests/) runs on the worker that holds that fixture: one group per
+    session fixture, else per module. (Before xdist's own hook, which reads the marks.)"""
+    for item in items:
+        shared = _shared_fixtures(item)
+        if shared:
+            session = sorted(d.argname for d in shared if d.scope != "module")
+            item.add_marker(pytest.mark.xdist_group(session[0] if session else item.module.__name__))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under pytest-xdist: an `alone` test holds the run's lock exclusively, every other test shares
+    it (around its whole set-up, call and tear-down, module fixtures included). The gate gives an
+    `alone` test that waits priority over the next shared ones."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return (yield)
+    folder = item.config._tmp_path_factory.getbasetemp().parent      # one per run, shared by its workers
+    with open(folder / "tests.gate", "a+") as gate, open(folder / "tests.lock", "a+") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if item.get_closest_marker("alone"):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        else:
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)

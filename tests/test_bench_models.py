@@ -48,6 +48,7 @@ def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
                    "error": e.error}
 
 
+@pytest.mark.alone
 def test_an_adapt_past_its_timeout_is_ended_and_reported(tmp_path):
     t0 = time.perf_counter()
     r = adapt_cpu.adapt(["model=mlp", f"paths.artifacts={tmp_path}"], timeout=1.0)
@@ -65,12 +66,13 @@ def test_the_second_adapt_runs_weights_latency_unless_the_first_does():
 
 
 @pytest.mark.slow
-def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(tmp_path):
+def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(migrated, tmp_path):
     """bench_model for real on the zoo mlp: two adapts (the defaults, then weights=latency), both
     plans timed beside the peers, NNCF's accuracy-aware int8 among them; the report renders the
     defaults as meta-infer and weights=latency beside it."""
     import report
 
+    migrated(tmp_path)
     row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]),
                                [f"paths.artifacts={tmp_path}", "search=quick"], rounds=3, samples=2)
     assert row["rc"] == 0 and row["latency"]["rc"] == 0, row

@@ -39,10 +39,12 @@ def test_elapsed_counts_wall_time():
 
 
 @pytest.mark.slow
-def test_adapt_within_a_small_budget_leaves_profiling_for_the_next_run(run_flow, tmp_path):
+@pytest.mark.alone         # stages against wall-clock allowances; the second run must finish the profile
+def test_adapt_within_a_small_budget_leaves_profiling_for_the_next_run(run_flow, migrated, tmp_path):
     """resnet_tiny's profile alone takes longer than a 4 s budget's share: the profile stops at
     its allowance, the search and verify fit in theirs, plan.json says what was spent, and the
     next run goes on measuring where the first stopped."""
+    migrated(tmp_path)
     args = ("model=resnet_tiny", "budget.total_s=4", "profile.batch_gradient=[1,2,4]", f"paths.artifacts={tmp_path}")
     first = run_flow("adapt", *args)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -52,7 +52,9 @@ def faster_runtime(model: onnx.ModelProto) -> tuple[str, float]:
 
 
 @pytest.mark.slow
-def test_search_binds_each_model_to_its_faster_path(run_flow, tmp_path):
+@pytest.mark.alone         # the test's own timing and the flow's must see the same quiet CPU
+def test_search_binds_each_model_to_its_faster_path(run_flow, migrated, tmp_path):
+    migrated(tmp_path)
     unet = tmp_path / "unet.onnx"
     onnx.save(build("unet_tiny", seed=0), unet)
     rnn = tmp_path / "gru.onnx"

@@ -123,6 +123,7 @@ def _signal_at(proc: subprocess.Popen, log: Path, text: str, sig: int, group: bo
 
 
 @pytest.mark.slow
+@pytest.mark.alone         # each run must end within 15 s of its signal
 def test_signals_at_stage_boundaries(first_use, tmp_path):
     """SIGKILL at profile (the next run marks its MLflow run FAILED), then SIGTERM at train; side
     by side, Ctrl-C (SIGINT to the process group) right after the decision, before tracking

@@ -54,7 +54,8 @@ def _check_contract(plan: dict, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_design_card_command_on_fpga(run_flow, tmp_path):
+def test_design_card_command_on_fpga(run_flow, migrated, tmp_path):
+    migrated(tmp_path)
     res = run_flow("adapt", "target=fpga", "weights=embedded", "search=quick", f"paths.artifacts={tmp_path}")
     assert res.returncode == 0, res.stderr
     plan = res.plan
@@ -107,7 +108,8 @@ def _check_readable(res, plan: dict) -> None:
 
 
 @pytest.mark.slow
-def test_any_onnx_file_on_cpu_then_library_reuse(run_flow, tmp_path):
+def test_any_onnx_file_on_cpu_then_library_reuse(run_flow, migrated, tmp_path):
+    migrated(tmp_path)
     path = tmp_path / "my_mlp.onnx"
     onnx.save(build("mlp", seed=3), path)
     args = ["target=cpu", "model=file", f"model.path={path}", "model.input_shapes={input:[4,256]}", "search=quick",

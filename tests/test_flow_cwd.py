@@ -26,6 +26,7 @@ def _snapshot(*folders: Path) -> dict[str, tuple[float, int]]:
 
 
 @pytest.mark.slow
+@pytest.mark.alone         # watches the checkout's artifacts/ and ~/.prefect: no other test may write there meanwhile
 def test_adapt_from_another_directory_writes_only_under_paths_artifacts(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -9,7 +9,8 @@ import pytest
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["cpu", "npu"])       # npu: the smallest working memory of all targets
-def test_onboarding_passes(run_flow, tmp_path, target):
+def test_onboarding_passes(run_flow, migrated, tmp_path, target):
+    migrated(tmp_path)
     res = run_flow("onboard", f"target={target}", "profile.reps=5", "profile.batch_gradient=[1,2]",
                    f"paths.artifacts={tmp_path}")
     assert res.returncode == 0, res.stderr
@@ -27,7 +28,8 @@ def test_onboarding_passes(run_flow, tmp_path, target):
 
 
 @pytest.mark.slow
-def test_memory_limit_below_the_minimal_model_fails(run_flow, tmp_path):
+def test_memory_limit_below_the_minimal_model_fails(run_flow, migrated, tmp_path):
+    migrated(tmp_path)
     res = run_flow("onboard", "target=npu", "target.spec.memory_limit_bytes=10000", "profile.reps=3",
                    "profile.batch_gradient=[1]", f"paths.artifacts={tmp_path}")
     assert res.returncode == 2

@@ -50,9 +50,10 @@ def _report(res) -> dict:
 
 
 @pytest.mark.slow
-def test_firmware_drift_rolls_back_a_plan_that_no_longer_pays(run_flow, tmp_path):
+def test_firmware_drift_rolls_back_a_plan_that_no_longer_pays(run_flow, migrated, tmp_path):
     from metainfer_core.fingerprint import FingerprintLibrary
 
+    migrated(tmp_path)
     art = f"paths.artifacts={tmp_path}"
     adapt = run_flow("adapt", *FPGA, "model=mlp", "search=quick", art)
     assert adapt.returncode == 0, adapt.stderr
@@ -85,7 +86,7 @@ def test_firmware_drift_rolls_back_a_plan_that_no_longer_pays(run_flow, tmp_path
 
 
 @pytest.mark.slow
-def test_cpu_reprofile_covers_every_execution_path(run_flow, tmp_path):
+def test_cpu_reprofile_covers_every_execution_path(run_flow, migrated, tmp_path):
     """On `cpu` the OpenVINO paths are checked beside ONNX Runtime: seeded from the default
     path's typical kernels the first time, compared with their own records the second, and a
     changed OpenVINO setting is a new version of those paths only."""
@@ -99,6 +100,7 @@ def test_cpu_reprofile_covers_every_execution_path(run_flow, tmp_path):
     from metainfer_core.zoo import build
     from tasks.compose import CONF_DIR
 
+    migrated(tmp_path)
     cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
     cpu = create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
     library = FingerprintLibrary(f"sqlite:///{tmp_path}/fingerprints.db")

@@ -307,6 +307,7 @@ def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
     assert pick(runs_per_sample(1.0) * 1.0) == ["int8_dynamic"]
 
 
+@pytest.mark.alone
 def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monkeypatch):
     """Each candidate's scoring slowed as on a large model (0.1 s): the budget ends during the
     widening's first level, yet the dive has scored plans at the configured depth; no plan is

@@ -2,6 +2,7 @@
 the extension point it drives); that warm runs are what verify reports is bench/warm_vs_cold.py's."""
 from __future__ import annotations
 
+import pytest
 import yaml
 
 from metainfer_core.backends import create_backend
@@ -56,6 +57,7 @@ def test_only_measured_targets_settle():
     assert settle_runs(_backend("gpu")) == 0
 
 
+@pytest.mark.alone
 def test_micro_benchmark_repetitions_scale_with_the_kernels_duration():
     from metainfer_core.backends import create_backend
     from metainfer_core.timing import MIN_REPS, scaled_reps
@@ -70,6 +72,7 @@ def test_micro_benchmark_repetitions_scale_with_the_kernels_duration():
     assert cpu.benchmark(matmul(1024, 1024, 1024), reps=30, warmup=2).reps < 30     # ~10 ms a run here
 
 
+@pytest.mark.alone
 def test_a_deadline_ends_the_rounds_but_never_before_min_rounds():
     import time
 

@@ -109,6 +109,7 @@ def test_int8_scope_all_folds_relu_into_the_conv_output_range():
     assert sum(k.dtype == "int8" for k in ks) > 0.9 * len(ks)
 
 
+@pytest.mark.alone
 def test_int8_rewrite_is_linear_in_graph_size():
     import sys
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "bench"))

@@ -13,7 +13,8 @@ SMALL = ["target=gpu", "predictor.zoo=[mlp,resnet_tiny,bert_tiny]", "predictor.p
 
 
 @pytest.mark.slow
-def test_train_then_fine_tune(run_flow, tmp_path):
+def test_train_then_fine_tune(run_flow, migrated, tmp_path):
+    migrated(tmp_path)
     res = run_flow("train", *SMALL, f"paths.artifacts={tmp_path}")
     assert res.returncode == 0, res.stderr
     last = res.stdout.strip().splitlines()[-1]
