@@ -334,6 +334,7 @@ def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monke
     assert res.search_s < 2.0 + 3.0         # the exact checks of the best few come after
 
 
+@pytest.mark.alone
 def test_a_slow_precision_does_not_price_an_execution_path_out_of_the_budget(models, monkeypatch):
     """A precision's sensitivity made slow as on a large model (3 s): measuring an execution
     path is a few runs, not that, so the search still binds the int8 plan to OpenVINO inside a
@@ -362,6 +363,7 @@ def test_a_slow_precision_does_not_price_an_execution_path_out_of_the_budget(mod
     assert any(k.startswith("openvino:f32|int8") for k in ev.paths.measured), (ev.paths.measured, res.skipped, res.evaluated, res.failed, res.pruned, res.search_s)
 
 
+@pytest.mark.alone
 def test_on_a_measured_target_predictions_are_anchored_on_the_default_timed_there(settings_for):
     """The default plan is timed on the target before the search: it is predicted as measured
     (a predictor 10x off overall no longer misleads the budget or the report) and every plan
