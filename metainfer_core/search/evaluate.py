@@ -191,9 +191,10 @@ class Evaluator:
         self.scale = 1.0
         self.measure(default)
         if self.anchor_ms and default.latency_ms > 0:
+            # the default's own prediction scaled is the anchor (a measured target: no path, no staging)
             self.predicted_default_ms = default.latency_ms
             self.scale = self.anchor_ms / default.latency_ms
-            self.measure(default)
+            default.graph_latency_ms = default.latency_ms = self.anchor_ms
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,
                                     self.target.memory_budget, self.weights.memory_floor)
