@@ -20,7 +20,7 @@ from prefect import flow  # noqa: E402
 from tasks.adapt_tasks import (Run, log_summary, normalize_task, print_summary, profile_task,  # noqa: E402
                                rollback_task, search_task, timed, train_predictor_task, verify_task)
 from tasks.remote_verify import remote_verify_task  # noqa: E402
-from tasks.cli import run_cli, stop_signal  # noqa: E402
+from tasks.cli import run_cli, stopped_by  # noqa: E402
 from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
 from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 
@@ -55,7 +55,10 @@ def adapt_flow(raw: dict) -> str:
             staged.discard()
             raise
     except BaseException as exc:
-        fail_run(s, run_id, f"{type(exc).__name__}: {exc}", killed=not isinstance(exc, Exception) or stop_signal() is not None)
+        # Prefect's own SIGTERM handler runs inside the flow: the signal may surface only as the cause
+        # of an error its task engine raised while unwinding ("Task run is not set")
+        fail_run(s, run_id, f"{type(exc).__name__}: {exc}",
+                 killed=not isinstance(exc, Exception) or stopped_by(exc) is not None)
         raise
     publish_report(folder, model_name, s.target.name)
     log_summary(str(folder / "plan.json"))

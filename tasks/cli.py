@@ -50,7 +50,7 @@ def _raise_interrupt(signum, _frame):
     raise KeyboardInterrupt
 
 
-def _stopped(exc: BaseException) -> str | None:
+def stopped_by(exc: BaseException) -> str | None:
     """The signal that ended the run, by name, when `exc` is how an interrupt surfaces (or
     whatever a library raised instead once one had arrived)."""
     for e in _causes(exc):       # a library may raise its own error while the interrupt unwinds it
@@ -111,14 +111,14 @@ def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence for the user
         if debug:
             raise
-        if _stopped(exc):
-            return _say_stopped(_stopped(exc))
+        if stopped_by(exc):
+            return _say_stopped(stopped_by(exc))
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"error: the run failed inside the pipeline ({type(exc).__name__}: {msg}). Nothing was written for "
               "this run. Run again with debug=true to see the traceback.", file=sys.stderr)
         return 1
     except BaseException as exc:
-        name = _stopped(exc)
+        name = stopped_by(exc)
         if name is None:
             raise
         return _say_stopped(name)

@@ -37,3 +37,19 @@ def test_wrapped_stop_signal_still_ends_as_stopped(tmp_path):
         assert done.returncode == code, done.stderr[-2000:]
         assert len(errors) == 1 and f"stopped by {sig}" in errors[0], done.stderr[-2000:]
         assert "failed inside the pipeline" not in done.stderr
+
+
+def test_prefects_sigterm_under_its_task_engines_error_counts_as_stopped():
+    """Inside a flow Prefect's SIGTERM handler runs instead of ours; its task engine can then raise
+    "Task run is not set" while unwinding. The run must still be marked KILLED, not FAILED."""
+    from prefect.exceptions import TerminationSignal
+    from tasks.cli import stopped_by
+
+    try:
+        try:
+            raise TerminationSignal(signal=15)
+        except TerminationSignal:
+            raise ValueError("Task run is not set")
+    except ValueError as exc:
+        assert stopped_by(exc) == "SIGTERM"
+    assert stopped_by(ValueError("an ordinary failure")) is None
