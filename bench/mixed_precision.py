@@ -54,7 +54,7 @@ from metainfer_core.search.sensitivity import Sensitivity  # noqa: E402
 DEFAULT_MODELS = ["basic_pitch_nmp", "silero_vad", "minilm_int8", "unet_nhwc_512"]
 FORMS = {"qdq": "inputs_outputs", "ov": "inputs"}      # meta-infer's two int8 forms
 INT8 = {"scope": ["compute"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"], "per_channel": ["auto"],
-        "calibrate_method": ["MinMax"]}
+        "calibrate_method": ["MinMax"], "engine": ["metainfer"]}      # NNCF's ONNX engine: its own column
 
 
 def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_loss: float) -> dict:

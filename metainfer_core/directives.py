@@ -18,6 +18,7 @@ DOUBLE_BUFFER_KEY = "metainfer.double_buffer"   # "1": host<->device transfers u
 SCHEDULE_KEY = "metainfer.schedule"             # "memory": the node order is the memory-aware schedule
 STRATEGY_KEY = "metainfer.memory_strategy"      # the activation memory policy (memory.STRATEGIES)
 PATH_KEY = "metainfer.execution_path"           # JSON of the ExecutionPath (runtime, precision)
+INT8_ENGINE_KEY = "metainfer.int8_engine"       # "nncf": NNCF wrote the graph's Q/DQ (else meta-infer did)
 
 ADAPTER = "adapter"  # LAYOUT_KEY's value on a layout adapter Transpose
 

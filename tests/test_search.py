@@ -27,7 +27,7 @@ from metainfer_core.zoo import build
 from twins import BALANCED, FakeCostModel, backend
 
 INT8 = {"scope": ["compute", "all"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"], "per_channel": [True],
-        "calibrate_method": ["MinMax"]}
+        "calibrate_method": ["MinMax"], "engine": ["metainfer"]}
 SPACE = {"conv_merge": {}, "layout": {}, "fuse_chain": {"max_depth": [2, 4]}, "fp16": {}, "bf16": {}, "int8": INT8,
          "tiling": {"tiles": [2, 4], "axis": ["height"]}, "memory_reuse": {}, "schedule": {}}
 LOSSY = {n for n, a in ACTIONS.items() if a.lossy}

@@ -20,7 +20,8 @@ from twins import backend
 from twins import BALANCED, FakeCostModel
 
 SPACE = {"fp16": {}, "int8": {"scope": ["all"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"],
-                              "per_channel": [True], "calibrate_method": ["MinMax"]}}
+                              "per_channel": [True], "calibrate_method": ["MinMax"],
+                              "engine": ["metainfer"]}}
 
 
 class NoInt8CostModel(FakeCostModel):

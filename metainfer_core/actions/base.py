@@ -86,6 +86,11 @@ class Action(ABC):
         reuses the input's analysis for the output)."""
         return False
 
+    def calibrates(self, params: dict[str, Any]) -> bool:
+        """True when apply runs the graph (an outside quantizer calibrating on the inputs):
+        seconds on a large graph, so the search prices it apart from a rewrite."""
+        return False
+
     def choices(self, domain_override: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
         """Every parameter combination of the (possibly config-narrowed) search domain."""
         domain_override = domain_override or {}

@@ -3,15 +3,17 @@ calibrated on the run's calibration inputs: random, or the user's .npz), the for
 Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels, or in
 OpenVINO's placement (only what quantized ops read, symmetric activations, float outputs) where
 the target offers an OpenVINO path. The rewrite itself is metainfer_core.actions._qdq (linear in
-the graph size). `float_layers` keeps the most sensitive layers out of scope (float_layers.py)."""
+the graph size), or NNCF's (engine nncf: nncf_engine.py, OpenVINO's form only). `float_layers`
+keeps the most sensitive layers out of scope (float_layers.py)."""
 from __future__ import annotations
 
 from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize, range_table
 import json
 
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
-from metainfer_core.actions.float_layers import FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
+from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
 from metainfer_core.actions.binding import offered
+from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import PATH_KEY, set_model_meta
 from metainfer_core.actions.fp16 import is_float32_model
@@ -41,7 +43,14 @@ class Int8(Action):
                             "sensitivity on the run's inputs) stay in float, on whichever path runs the plan "
                             "(ONNX Runtime f32; OpenVINO f32 or bf16); fit: the fewest that bring the estimated "
                             "loss within accuracy.max_loss; offered in a search only"),
+        "engine": Param("metainfer", ("metainfer", NNCF),
+                        "who writes the Q/DQ: meta-infer's rewrite, or NNCF's post-training quantizer (OpenVINO's "
+                        "form only, scope compute; the float layers are its ignored scope; seconds per apply, so "
+                        "offered with float_layers 0 or fit only)"),
     }
+
+    def calibrates(self, params):
+        return self.with_defaults(params)["engine"] == NNCF
 
     def narrow(self, site, params, cache):
         return narrowed(site, params, cache)
@@ -52,14 +61,21 @@ class Int8(Action):
         if params["placement"] == "inputs" and (params["activation_type"] != "QUInt8"
                                                 or OPENVINO_INT8_PATH.label not in offered(target)):
             return []       # one variant per scope; the form only OpenVINO runs as int8
+        if params["engine"] == NNCF and (params["placement"] != "inputs" or params["scope"] != "compute"
+                                         or params[FLOAT_LAYERS] not in (0, FIT)):
+            return []       # NNCF places its own Q/DQ, for OpenVINO: one variant, whole or fitted
+        return [Site(self._scope(model, params), params["scope"])]
+
+    @staticmethod
+    def _scope(model, params) -> tuple[str, ...]:
+        """The nodes the scope quantizes, in graph order."""
         if params["placement"] == "inputs":
             ops = INPUTS_COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS + INPUTS_ONLY_OPS
         else:
             ops = COMPUTE_OPS if params["scope"] == "compute" else ALL_OPS
         inits = {i.name for i in model.graph.initializer}
-        return [Site(tuple(n.name for n in model.graph.node if n.op_type in ops
-                           and not (n.op_type == "Add" and params["scope"] == "compute" and set(n.input) & inits)),
-                     params["scope"])]
+        return tuple(n.name for n in model.graph.node if n.op_type in ops
+                     and not (n.op_type == "Add" and params["scope"] == "compute" and set(n.input) & inits))
 
     def legal(self, model, site, params, target):
         if "int8" not in target.dtypes:
@@ -73,10 +89,19 @@ class Int8(Action):
     def apply(self, model, site, params, ctx):
         if not ctx.calibration_feeds:
             raise ValueError("int8 needs calibration inputs")
+        if params["engine"] == NNCF:
+            kept = set(site.nodes)
+            floats = [n for n in self._scope(model, params) if n not in kept]
+            out = nncf_quantize(model, ctx.calibration_feeds, floats, ctx.cache)
+            return self._bound(model, out)
         table = range_table(ctx.cache, ctx.calibration_feeds, params["calibrate_method"])
         out = quantize(model, set(site.nodes), table, params["activation_type"], params["weight_type"],
                        params["per_channel"], params["placement"])
-        if params["placement"] == "inputs" and ExecutionPath.of(model).runtime != "openvino":
+        return self._bound(model, out) if params["placement"] == "inputs" else out
+
+    @staticmethod
+    def _bound(model, out):
+        if ExecutionPath.of(model).runtime != "openvino":
             # OpenVINO's form is a plan for OpenVINO (ONNX Runtime runs it in float); its float
             # remainder in f32 there, and `binding` may move it (bf16, or back)
             set_model_meta(out, PATH_KEY, json.dumps(OPENVINO_INT8_PATH.as_dict()))

@@ -21,7 +21,7 @@ import onnx
 from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
 from metainfer_core.search.candidate import Candidate
-from metainfer_core.search.evaluate import Evaluator
+from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 from metainfer_core.timing import runs_per_sample
 
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
@@ -183,7 +183,12 @@ class _Search:
         far of its sort: one that measures a new precision or execution path costs seconds on a
         large model, one that re-uses those measurements only its rewrite and its scoring."""
         fresh = self.evaluator.measures_anew(state, action, params)
-        return time.perf_counter() + self.warm_s + (self.fresh_s[fresh] if fresh else 0.0) <= until
+        return time.perf_counter() + self._rewrite_s(action, params) + (self.fresh_s[fresh] if fresh else 0.0) <= until
+
+    def _rewrite_s(self, action, params) -> float:
+        """What the rewrite and scoring alone likely cost: an outside quantizer calibrates (it
+        runs the graph), a plain rewrite does not, and one must not price the other."""
+        return self.fresh_s[CALIBRATES] if action.calibrates(params) else self.warm_s
 
     # --- expanding --------------------------------------------------------------------------
     def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False):
@@ -254,7 +259,9 @@ class _Search:
             cand = self.made[memo] = (self._make(state, action, params, site, step) if narrowed is not None
                                       else None)
             spent = time.perf_counter() - t_start
-            if self.evaluator.measuring_s() > measured_before:
+            if action.calibrates(params) and self.evaluator.measuring_s() == measured_before:
+                fresh = CALIBRATES
+            if fresh == CALIBRATES or self.evaluator.measuring_s() > measured_before:
                 self.fresh_s[fresh] = max(self.fresh_s[fresh], spent) if fresh in self.fresh_seen else spent
                 self.fresh_seen.add(fresh)
             else:
@@ -347,12 +354,20 @@ def kind_of(c: Candidate) -> tuple:
 
 
 def _lossy_label(st: Step) -> str:
-    return "int8:openvino-form" if st.kind == "int8" and dict(st.params).get("placement") == "inputs" else st.kind
+    """int8 in OpenVINO's form is a kind apart, and so is NNCF's writing of it: the predictor
+    tells neither from ONNX Runtime's form, so each is worth a measurement of its own."""
+    params = dict(st.params)
+    if st.kind != "int8" or params.get("placement") != "inputs":
+        return st.kind
+    return "int8:nncf" if params.get("engine") == "nncf" else "int8:openvino-form"
+
+
+_OPENVINO_FORMS = ("int8:openvino-form", "int8:nncf")
 
 
 def _breadth(kind: tuple) -> int:
     """How many choices a kind combines; OpenVINO's int8 form on OpenVINO is one (it binds there)."""
-    implied = "int8:openvino-form" in kind and any(k.startswith("openvino:") for k in kind)
+    implied = any(f in kind for f in _OPENVINO_FORMS) and any(k.startswith("openvino:") for k in kind)
     return len(kind) - int(implied)
 
 

@@ -50,6 +50,7 @@ def graph_ms(cost_model: CostModel, kernels: list[Kernel], infos) -> float:
 # a precision's sensitivity costs about this many times the fp32 pass every precision shares
 # (a plain run per input, a traced run of twice the graph, the error statistics)
 PASSES_PER_PRECISION = 5
+CALIBRATES = "calibration"     # the sort of an expansion whose rewrite calibrates (Action.calibrates)
 
 
 class Evaluator:
@@ -142,14 +143,17 @@ class Evaluator:
             self.paths.seconds if self.paths is not None else 0.0) + self.timings["float_fit_s"]
 
     def fresh_cost_prior_s(self, lossy: bool = True) -> dict[str, float]:
-        """What measuring something new likely costs before any was, per sort (measures_anew):
+        """What measuring something new likely costs before any was, per sort (measures_anew,
+        and a rewrite that calibrates):
         a new execution path a few runs of the default plan per validation input at its
         predicted latency (measured targets); a new precision at least that and, where the
         search may lower precision, a few times what the sensitivities' shared fp32 pass took
         (measured now: it is needed by the first precision anyway)."""
         runs = 0.0 if self.modeled else self.base_latency / 1e3 * (len(self.feeds) + 4)
         shared = self.sensitivity.prepare() if lossy and self.sensitivity is not None else 0.0
-        return {"path": runs, "precision": max(runs, PASSES_PER_PRECISION * shared)}
+        precision = max(runs, PASSES_PER_PRECISION * shared)
+        # an outside quantizer's calibration (int8 engine nncf) runs the graph about as often
+        return {"path": runs, "precision": precision, CALIBRATES: precision}
 
     def measures_anew(self, state: Candidate, action, params: dict) -> str | None:
         """What scoring `action` on `state` would measure anew: "precision" (its sensitivity),

@@ -4,7 +4,7 @@ times), and the accuracy loss the path adds. The predictor learns kernels on the
 a bound candidate's latency is its graph's prediction times this ratio.
 
 Measured once per (path, graph class): plain float graphs, int8 graphs (ONNX Runtime's QDQ form
-and OpenVINO's inputs-only form apart) and graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
+and OpenVINO's inputs-only form apart, as written by meta-infer or by NNCF) and graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
 its precision hint applies to the float parts), so each class gets its own ratio (OpenVINO's
 int8 form one per set of quantized op types); the first graph of a class the search binds
 stands for the class. A path that fails on a graph is
@@ -22,6 +22,7 @@ from metainfer_core.accuracy import LossFn
 from metainfer_core.actions.base import has_op
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.directives import INT8_ENGINE_KEY, model_meta
 from metainfer_core.timing import interleaved, runs_per_sample, settle_runs
 
 ROUNDS = 5
@@ -104,7 +105,11 @@ class PathCosts:
     @staticmethod
     def _key(path: ExecutionPath, model: onnx.ModelProto) -> tuple:
         kind = graph_class(model)
-        return path, kind, quantized_ops(model) if kind == "int8-inputs" else ()
+        if kind != "int8-inputs":
+            return path, kind, ()
+        # NNCF's graph of the same op types runs otherwise than meta-infer's (other Q/DQ placement)
+        engine = model_meta(model, INT8_ENGINE_KEY)
+        return path, kind + (f"-{engine}" if engine else ""), quantized_ops(model)
 
     def knows(self, path: ExecutionPath, model: onnx.ModelProto) -> bool:
         """Whether binding `model` (its graph) to `path` is already measured."""

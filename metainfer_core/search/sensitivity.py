@@ -55,6 +55,8 @@ MIN_TRACED = 0.5                # share of the scope's nodes the one-pass table 
 # what a layer whose low-precision values overflow (inf / NaN) counts as lowered alone: the loss
 # the default metric gives a non-finite output, so every plan lowering it breaks the bound
 OVERFLOW_LOSS = 1.0
+# parameters that pick nodes or the tool that writes them, not how a node's values are rounded
+_NOT_NUMERIC = ("scope", "float_layers", "engine")
 # ops whose output sums their inputs: absolute errors add (for the others, relative errors do)
 _SUMS = {"Add", "Sub", "Sum", "Concat"}
 
@@ -83,8 +85,9 @@ class Sensitivity:
     @staticmethod
     def variant(kind: str, params: dict) -> tuple:
         """What changes a node's numerics: the precision and its parameters, not which nodes
-        (the scope, int8's float_layers)."""
-        return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k not in ("scope", "float_layers")))
+        (the scope, int8's float_layers), nor int8's engine: NNCF's graph is ranked by meta-infer's
+        own form of the same placement (re-quantizing per layer with NNCF would cost seconds each)."""
+        return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k not in _NOT_NUMERIC))
 
     def knows(self, kind: str, params: dict) -> bool:
         """Whether this variant's sensitivities are measured already (re-used by every plan)."""
@@ -108,6 +111,7 @@ class Sensitivity:
     def _measure(self, kind: str, params: dict) -> "_Parts":
         action = ACTIONS[kind]
         probe_params = dict(params, scope="all") if "scope" in action.params else dict(params)
+        probe_params.pop("engine", None)        # meta-infer's own rewrite (variant)
         sites = action.sites(self.model, probe_params, self.ctx.target)
         nodes = list(sites[0].nodes) if sites else []
         if not nodes:

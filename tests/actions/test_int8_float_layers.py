@@ -24,7 +24,7 @@ from twins import BALANCED, backend, host
 def int8_space(placement: str, float_layers: list[int]) -> dict:
     return {"int8": {"scope": ["compute"], "activation_type": ["QUInt8"], "weight_type": ["QInt8"],
                      "per_channel": ["auto"], "calibrate_method": ["MinMax"], "placement": [placement],
-                     "float_layers": float_layers}}
+                     "float_layers": float_layers, "engine": ["metainfer"]}}
 
 
 @pytest.fixture(scope="module")

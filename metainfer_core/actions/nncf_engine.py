@@ -1,0 +1,56 @@
+"""NNCF's post-training quantizer (its ONNX backend) as the engine behind int8's OpenVINO form
+(`int8 engine: nncf`). It writes the QDQ graph OpenVINO's CPU plugin was tuned for: where the
+Q/DQ go, symmetric scales, bias correction; on some models OpenVINO runs it faster than
+meta-infer's own rewrite of the same form (_qdq.py), on others slower, so the search offers both
+and measurement decides. The layers the search keeps in float are NNCF's ignored scope.
+
+NNCF calibrates by running the graph on the calibration inputs (seconds on a large graph), so a
+result is kept per (graph, float layers) in the run's shared cache: the accuracy guard's replay
+and a second visit to the same state cost nothing."""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+
+import numpy as np
+import onnx
+
+from metainfer_core.directives import INT8_ENGINE_KEY, set_model_meta
+
+NNCF = "nncf"
+_CACHE_KEY = "int8.nncf_results"
+_KEPT = 4       # results kept per run (each holds a whole graph)
+
+
+def nncf_quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], floats: list[str],
+                  cache: dict | None = None) -> onnx.ModelProto:
+    """`model` quantized by `nncf.quantize` (calibrated on every one of `feeds`), the nodes named
+    in `floats` left in float; the result is marked as NNCF's (INT8_ENGINE_KEY)."""
+    key = (hashlib.sha1(model.SerializeToString(deterministic=True)).hexdigest(), tuple(sorted(floats)))
+    results = cache.setdefault(_CACHE_KEY, {}) if cache is not None else {}
+    if key not in results:
+        if len(results) >= _KEPT:
+            results.pop(next(iter(results)))
+        results[key] = _quantize(model, feeds, floats)
+    out = onnx.ModelProto()
+    out.CopyFrom(results[key])
+    return out
+
+
+def _quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], floats: list[str]) -> onnx.ModelProto:
+    import nncf        # imported on first use: seconds, and only runs that quantize with it pay them
+
+    logging.getLogger("nncf").setLevel(logging.ERROR)
+    nncf.set_log_level(logging.ERROR)
+    ignored = nncf.IgnoredScope(names=list(floats), validate=False)
+    # its progress bars write to the terminal directly, past the logger
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = nncf.quantize(model, nncf.Dataset(list(feeds)), subset_size=len(feeds), ignored_scope=ignored)
+    kept = {p.key for p in out.metadata_props}
+    for p in model.metadata_props:      # the plan's directives so far travel with the graph
+        if p.key not in kept:
+            out.metadata_props.add(key=p.key, value=p.value)
+    set_model_meta(out, INT8_ENGINE_KEY, NNCF)
+    return out
