@@ -4,11 +4,12 @@ times), and the accuracy loss the path adds. The predictor learns kernels on the
 a bound candidate's latency is its graph's prediction times this ratio.
 
 Measured once per (path, graph class): plain float graphs, int8 graphs (ONNX Runtime's QDQ form
-and OpenVINO's inputs-only form apart, as written by meta-infer or by NNCF) and graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ graphs as int8,
-its precision hint applies to the float parts), so each class gets its own ratio (OpenVINO's
-int8 form one per set of quantized op types); the first graph of a class the search binds
-stands for the class. A path that fails on a graph is
-remembered with its reason, and candidates bound to it are pruned with that reason."""
+and OpenVINO's inputs-only form apart, the latter as written by meta-infer or by NNCF) and
+graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ
+graphs as int8, its precision hint applies to the float parts), so each class gets its own
+ratio (OpenVINO's int8 form one per set of quantized op types); the first graph of a class the
+search binds stands for the class. A path that fails on a graph is remembered with its reason,
+and candidates bound to it are pruned with that reason."""
 from __future__ import annotations
 
 import hashlib
