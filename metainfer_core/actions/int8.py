@@ -45,8 +45,8 @@ class Int8(Action):
                             "loss within accuracy.max_loss; offered in a search only"),
         "engine": Param("metainfer", ("metainfer", NNCF),
                         "who writes the Q/DQ: meta-infer's rewrite, or NNCF's post-training quantizer (OpenVINO's "
-                        "form only, scope compute; the float layers are its ignored scope; seconds per apply, so "
-                        "offered with float_layers 0 or fit only)"),
+                        "form only, scope compute; seconds per graph, so offered with float_layers 0 or fit only; the "
+                        "float layers read their original inputs and weights afterwards)"),
     }
 
     def calibrates(self, params):

@@ -1,11 +1,13 @@
 """int8 with engine nncf: NNCF's post-training quantizer writes OpenVINO's form. Checked like every
 action (full checker, accuracy effect against the fp32 graph on ONNX Runtime, and on the OpenVINO
-path the plan binds to), plus what only this engine does: the float layers are NNCF's ignored
-scope, the graph is marked as NNCF's (its path cost is measured apart), and a repeated apply is
-served from the run's cache."""
+path the plan binds to), plus what only this engine does: the float layers read their original
+inputs, weights and biases (NNCF's bias correction undone), the graph is marked as NNCF's (its path
+cost is measured apart), and NNCF runs once per graph in a run."""
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site
@@ -45,7 +47,7 @@ def test_nncf_writes_openvinos_form_bound_to_openvino_and_marked():
     assert PathCosts._key(ExecutionPath.of(out), out) != PathCosts._key(ExecutionPath.of(ours), ours)
 
 
-def test_float_layers_are_its_ignored_scope_and_results_are_cached():
+def test_float_layers_read_their_original_weights_and_nncf_runs_once_per_graph():
     m = normalize(build("resnet_tiny"), None).model
     info = backend("cpu").info
     whole = ACTIONS["int8"].sites(m, NNCF_INT8, info)[0]
@@ -57,8 +59,18 @@ def test_float_layers_are_its_ignored_scope_and_results_are_cached():
     onnx.checker.check_model(mixed, full_check=True)
     assert not any(_reads_int8(mixed, f) for f in floats)
     assert any(_reads_int8(mixed, n) for n in site.nodes)
-    again = ACTIONS["int8"].apply(m, site, NNCF_INT8, ctx)
-    assert again.SerializeToString() == mixed.SerializeToString() and len(ctx.cache["int8.nncf_results"]) == 1
+    original = {i.name: i for i in m.graph.initializer}
+    values = {i.name: numpy_helper.to_array(i) for i in mixed.graph.initializer}
+    for f in floats:        # the same weights and bias values as before (bias correction undone)
+        src, now = (next(n for n in g.graph.node if n.name == f) for g in (m, mixed))
+        for a, b in zip(src.input, now.input):
+            if a in original:
+                np.testing.assert_array_equal(values[b], numpy_helper.to_array(original[a]))
+    whole = ACTIONS["int8"].apply(m, ACTIONS["int8"].sites(m, NNCF_INT8, info)[0], NNCF_INT8, ctx)
+    assert len(ctx.cache["int8.nncf_results"]) == 1          # one NNCF run for both
+    assert loss(m, mixed, feeds) <= loss(m, whole, feeds) + 1e-4
+    n_q = sum(n.op_type == "QuantizeLinear" for n in mixed.graph.node)
+    assert n_q < sum(n.op_type == "QuantizeLinear" for n in whole.graph.node)    # the float layers' went
 
 
 def test_offered_for_openvinos_form_whole_or_fitted_only():
@@ -68,3 +80,17 @@ def test_offered_for_openvinos_form_whole_or_fitted_only():
     for other in (dict(placement="inputs_outputs"), dict(scope="all"), dict(float_layers=2)):
         assert not ACTIONS["int8"].sites(m, dict(NNCF_INT8, **other), cpu), other
     assert not ACTIONS["int8"].sites(m, NNCF_INT8, backend("npu").info)     # no OpenVINO path there
+
+
+def test_profiling_leaves_nncf_out(settings_for):
+    """Profiling measures the kernels of every choice's graph; NNCF's would cost seconds per graph
+    and hold the same kernels as meta-infer's own form of it."""
+    from metainfer_core.backends import backend_for
+    from metainfer_core.fingerprint.profile_stage import profiling_variants
+    from metainfer_core.normalize.prepare import prepare
+
+    s = settings_for("target=cpu", "model=resnet_tiny")
+    assert "nncf" in s.action_space.domains()["int8"]["engine"]
+    variants = profiling_variants(s, prepare(s, False, progress=lambda msg: None), backend_for(s))
+    forms = [m for m in variants if graph_class(m) == "int8-inputs"]
+    assert forms and not any(model_meta(m, INT8_ENGINE_KEY) for m in variants)
