@@ -213,10 +213,11 @@ class Evaluator:
             return False
         if not exact:
             return True
-        key = (Sensitivity.variant("int8", params), frozenset(o for n in nodes for o in origins(n)))
+        # per engine: the estimate is meta-infer's form's for both, a run is of the engine's graph
+        key = (Sensitivity.variant("int8", params), params.get("engine"), frozenset(o for n in nodes for o in origins(n)))
         if key not in self._fit_losses:
             t0 = time.perf_counter()
-            origin_site = Site(tuple(sorted(key[1])), "fit")
+            origin_site = Site(tuple(sorted(key[2])), "fit")
             lowered = ACTIONS["int8"].apply(self.sensitivity.model, origin_site, params, self.ctx)
             # on the path the form runs on (OpenVINO's int8 kernels round otherwise than ORT's reading)
             bound = self.paths is not None and not ExecutionPath.of(lowered).is_default
