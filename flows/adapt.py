@@ -7,9 +7,12 @@ summary (default vs chosen) on stdout; the run folder's plan.md says the same at
 last stdout line is `plan: <path to plan.json>`."""
 from __future__ import annotations
 
-import sys
 import time
-import uuid
+
+STARTED = time.monotonic()      # budget.total_s counts from here: imports and the stores' start-up included
+
+import sys  # noqa: E402
+import uuid  # noqa: E402
 
 from tasks.environment import quiet_prefect
 
@@ -26,10 +29,11 @@ from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
 
 
 @flow(name="adapt", validate_parameters=False)
-def adapt_flow(raw: dict) -> str:
+def adapt_flow(raw: dict, started: float | None = None) -> str:
+    """started: when the command began (time.monotonic()), the budget's start; else now."""
     run = Run.of(raw)       # the settings validated and the backend built once for every task
     s = run.s
-    budget = s.budget.start()
+    budget = s.budget.start(started)
     model_name = s.model.name
     run_name = f"{time.strftime('%Y%m%d-%H%M%S')}-{model_name}-{s.target.name}-{uuid.uuid4().hex[:6]}"
     timings: dict[str, float] = {}
@@ -67,7 +71,7 @@ def adapt_flow(raw: dict) -> str:
 
 def main(argv: list[str]) -> int:
     def body(s, raw) -> str:
-        plan = adapt_flow(raw)
+        plan = adapt_flow(raw, started=STARTED)
         print_summary(plan)         # what was done, default vs chosen, why
         return f"plan: {plan}"
 

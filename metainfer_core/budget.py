@@ -24,11 +24,14 @@ class Budget:
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, total_s: float, shares: dict[str, float]) -> "Budget":
+    def of(cls, total_s: float, shares: dict[str, float], started: float | None = None) -> "Budget":
         unknown = sorted(set(shares) - set(STAGES))
         if unknown:
             raise ValueError(f"budget.shares names unknown stage(s) {unknown}; the stages are {list(STAGES)}")
-        return cls(float(total_s), {k: float(shares.get(k, 0.0)) for k in STAGES})
+        out = cls(float(total_s), {k: float(shares.get(k, 0.0)) for k in STAGES})
+        if started is not None:
+            out.started = min(started, out.started)
+        return out
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

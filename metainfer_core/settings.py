@@ -158,8 +158,9 @@ class BudgetSettings(_Strict):
         Budget.of(1.0, shares)      # names an unknown stage
         return shares
 
-    def start(self) -> Budget:
-        return Budget.of(self.total_s, self.shares)
+    def start(self, started: float | None = None) -> Budget:
+        """started: when the clock began (time.monotonic()), if before now."""
+        return Budget.of(self.total_s, self.shares, started)
 
 
 class VerifySettings(_Strict):

@@ -32,6 +32,15 @@ def test_unknown_stage_and_bad_shares_are_refused(settings_for):
         settings_for("budget.total_s=0")
 
 
+def test_a_budget_counts_from_when_the_command_started():
+    """flows/adapt.py starts the clock before its imports and the stores' start-up (seconds on a
+    first use): they come out of budget.total_s too; a start after now is no start."""
+    b = Budget.of(100, SHARES, started=time.monotonic() - 30)
+    assert b.left() == pytest.approx(70, abs=1) and b.allowance("normalize") == pytest.approx(7, abs=0.2)
+    assert Budget.of(100, SHARES, started=time.monotonic() + 30).left() == pytest.approx(100, abs=1)
+    assert BudgetSettings(total_s=100, shares=SHARES).start(time.monotonic() - 30).left() == pytest.approx(70, abs=1)
+
+
 def test_elapsed_counts_wall_time():
     b = Budget.of(10, SHARES)
     time.sleep(0.05)
@@ -52,7 +61,9 @@ def test_adapt_within_a_small_budget_leaves_profiling_for_the_next_run(run_flow,
     budget = plan["budget"]
     assert budget["total_s"] == 4 and set(budget["spent_s"]) >= {"normalize", "profile", "train", "search", "verify"}
     assert plan["profile"]["left"] > 0, plan["profile"]
-    assert budget["spent_s"]["profile"] <= budget["allowed_s"]["profile"] + 2.0
+    # the start-up counts too, so each stage has about its minimum (1 s); the profile always
+    # measures the graph's own kernels at the first batch (a few seconds on a loaded machine)
+    assert budget["spent_s"]["profile"] <= budget["allowed_s"]["profile"] + 4.0
     assert budget["spent_s"]["search"] <= budget["allowed_s"]["search"] + 1.5
     # a stage past its share (verify's compiles and memory probes are not cut short) is said in plan.json
     for stage in budget["overruns"]:
