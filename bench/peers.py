@@ -51,6 +51,7 @@ import onnx
 import onnxruntime as ort
 
 from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
 from metainfer_core.timing import SETTLE, interleaved
 
 PEERS = ("ort_default", "ort_static", "ort_dynamic", "ov_default", "ov_f32", "ov_nncf_int8", "ov_nncf_aac")
@@ -163,13 +164,6 @@ def ov_core():
         import openvino as ov
         _CORE = ov.Core()
     return _CORE
-
-
-def quiet_nncf():
-    import nncf
-    logging.getLogger("nncf").setLevel(logging.WARNING)
-    nncf.set_log_level(logging.ERROR)
-    return nncf
 
 
 def ov_read(model: onnx.ModelProto, feeds: Feeds):

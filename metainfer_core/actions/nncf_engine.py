@@ -41,11 +41,18 @@ def nncf_quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], fl
     return _with_float(results[key], model, set(floats))
 
 
-def _quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
-    import nncf        # imported on first use: seconds, and only runs that quantize with it pay them
+def quiet_nncf():
+    """nncf, imported on first use (seconds: only runs that quantize with it pay them), its log
+    turned down. Its usage telemetry is off as OpenVINO's is (metainfer_core/__init__.py)."""
+    import nncf
 
     logging.getLogger("nncf").setLevel(logging.ERROR)
     nncf.set_log_level(logging.ERROR)
+    return nncf
+
+
+def _quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onnx.ModelProto:
+    nncf = quiet_nncf()
     # its progress bars write to the terminal directly, past the logger
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         out = nncf.quantize(model, nncf.Dataset(list(feeds)), subset_size=len(feeds))

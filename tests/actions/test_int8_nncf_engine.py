@@ -5,6 +5,8 @@ inputs, weights and biases (NNCF's bias correction undone), the graph is marked 
 cost is measured apart), and NNCF runs once per graph in a run."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import numpy_helper
@@ -94,3 +96,17 @@ def test_profiling_leaves_nncf_out(settings_for):
     variants = profiling_variants(s, prepare(s, False, progress=lambda msg: None), backend_for(s))
     forms = [m for m in variants if graph_class(m) == "int8-inputs"]
     assert forms and not any(model_meta(m, INT8_ENGINE_KEY) for m in variants)
+
+
+def test_nncf_sends_no_usage_telemetry():
+    """NNCF sends usage events to its vendor through OpenVINO's telemetry package, which
+    metainfer_core keeps from loading: NNCF then runs its stub (a plain `import nncf` does not)."""
+    import subprocess
+    import sys
+
+    code = ("from metainfer_core.actions.nncf_engine import quiet_nncf\nquiet_nncf()\n"
+            "from nncf.telemetry.wrapper import telemetry\n"
+            "print(type(telemetry).__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.split() == ["MagicMock"], done.stdout + done.stderr[-2000:]   # NNCF's own stub
