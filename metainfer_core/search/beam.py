@@ -20,6 +20,7 @@ import onnx
 
 from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
+from metainfer_core.actions.nncf_engine import NNCF
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 from metainfer_core.timing import runs_per_sample
@@ -359,7 +360,7 @@ def _lossy_label(st: Step) -> str:
     params = dict(st.params)
     if st.kind != "int8" or params.get("placement") != "inputs":
         return st.kind
-    return "int8:nncf" if params.get("engine") == "nncf" else "int8:openvino-form"
+    return "int8:nncf" if params.get("engine") == NNCF else "int8:openvino-form"
 
 
 _OPENVINO_FORMS = ("int8:openvino-form", "int8:nncf")
