@@ -430,3 +430,51 @@ def test_on_a_measured_target_predictions_are_anchored_on_the_default_timed_ther
                                         "search.expected_runs=100000000"), prepared, backend("gpu"), FakeCostModel(),
                            progress=lambda msg: None)
     assert modeled.extra["anchor"]["measured_default_ms"] is None
+
+
+class _Priced(FakeCostModel):
+    """A twin predictor on which kernels of some precisions run so many times the float32 time."""
+    def __init__(self, **factors):
+        self.factors = factors
+
+    def predict_kernels_ms(self, kernels):
+        return super().predict_kernels_ms(kernels) * [self.factors.get(k.dtype, 1.0) for k in kernels]
+
+
+def _searched(models, cost_model, space):
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(cost_model, be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    res = beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=1,
+                      top_k=3, time_budget_s=120)
+    return res, ev
+
+
+INT8_FAST, INT8_SLOW = {"int8": 0.3, "uint8": 0.3}, {"int8": 10.0, "uint8": 10.0}
+ONE_INT8 = {**INT8, "scope": ["compute"], "placement": ["inputs_outputs"]}
+
+
+def test_a_precision_that_cannot_beat_the_default_is_scored_without_measuring_its_sensitivity(models):
+    """fp16 predicted 10x slower: even at zero loss it ranks below the default, so its per-node
+    sensitivity (traced runs of the whole graph) is never measured; int8, which can pay, gets
+    its estimate and its exact check as before."""
+    res, ev = _searched(models, _Priced(float16=10.0, **INT8_FAST),
+                        {"fp16": {"scope": ["all"]}, "int8": {**ONE_INT8, "float_layers": [0]}})
+    assert not ev.sensitivity.knows("fp16", {"scope": "all"}) and ev.timings["estimates_deferred"] >= 1
+    assert res.top and all(c.steps[0].kind == "int8" and c.accuracy_exact for c in res.top), (res.failed, res.pruned)
+    assert ev.sensitivity.knows("int8", dict(res.top[0].steps[0].params)) and res.top[0].accuracy_loss > 0
+    assert res.evaluated == 2
+
+
+def test_float_layers_are_not_tried_where_whole_int8_cannot_beat_the_default(models):
+    """int8 predicted 10x slower: keeping its most sensitive layers in float cannot make it pay
+    (and choosing them would measure int8's sensitivity), so those choices are left out unmade;
+    where int8 can pay they are made as before."""
+    from metainfer_core.search.beam import DOMINATED
+
+    space = {"int8": {**ONE_INT8, "float_layers": [0, 1, 2]}}
+    slow, ev = _searched(models, _Priced(**INT8_SLOW), space)
+    assert slow.pruned.get(DOMINATED) == 2 and slow.evaluated == 1 and not slow.top, (slow.pruned, slow.evaluated)
+    assert not ev.sensitivity.parts
+    fast, _ = _searched(models, _Priced(**INT8_FAST), space)
+    assert DOMINATED not in fast.pruned and fast.top

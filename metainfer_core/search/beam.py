@@ -20,11 +20,13 @@ import onnx
 
 from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
+from metainfer_core.actions.float_layers import FLOAT_LAYERS
 from metainfer_core.actions.nncf_engine import NNCF
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 from metainfer_core.timing import runs_per_sample
 
+DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
 
@@ -250,6 +252,10 @@ class _Search:
                     self.result.stopped_by_budget = True
                     self.skipped.add(memo)
                 return None
+            if self._dominated(state, action, params, site):
+                self.made[memo] = None
+                self.result.pruned[DOMINATED] = self.result.pruned.get(DOMINATED, 0) + 1
+                return None
             t_start = time.perf_counter()
             measured_before = self.evaluator.measuring_s()
             # what is measured without being foreseen (int8's float-layer fits) is priced as a precision
@@ -274,6 +280,19 @@ class _Search:
             return None
         frontier.append(cand)
         return cand
+
+    def _dominated(self, state: Candidate, action, params: dict, site) -> bool:
+        """Whether keeping layers in float (float_layers) cannot pay: the same step with every
+        layer lowered, scored already, cannot beat the default even at zero loss, on any path
+        bound so far. Float layers only add float time to it, and choosing them measures the
+        precision's sensitivity (seconds on a large graph)."""
+        if not params.get(FLOAT_LAYERS):
+            return False
+        whole = self.made.get((state.key, action.name, site, repr(tuple(sorted({**params, FLOAT_LAYERS: 0}.items())))))
+        if whole is None or whole.violation or self.evaluator.base_score is None:
+            return False
+        bound = self.ahead_of.get(id(whole))
+        return min(whole.score, whole.score if bound is None else bound) >= self.evaluator.base_score
 
     def _make(self, state: Candidate, action, params, site, step: Step) -> Candidate | None:
         result = self.result

@@ -71,6 +71,7 @@ class Evaluator:
         self._fit_losses: dict[tuple, float] = {}       # int8 float_layers=fit: exact losses probed
         self.base_latency = 1.0
         self.base_mem = 1
+        self.base_score: float | None = None     # the default plan's (set_baseline)
         self.timings: dict[str, float] = defaultdict(float)
         self.modeled = target.measurement == "modeled"
 
@@ -128,14 +129,33 @@ class Evaluator:
         if any(s.kind in self.lossy for s in c.steps):
             if self.sensitivity is None:
                 raise RuntimeError("set_baseline() first: sensitivities are measured on the default plan")
-            before = self.sensitivity.seconds
-            c.accuracy_loss = self.sensitivity.estimate(numeric_steps(c.steps))
             c.accuracy_exact = False
-            self.timings["sensitivity_s"] += self.sensitivity.seconds - before
+            if self._worth_estimating(c, cost):
+                before = self.sensitivity.seconds
+                c.accuracy_loss = self.sensitivity.estimate(numeric_steps(c.steps))
+                self.timings["sensitivity_s"] += self.sensitivity.seconds - before
+            else:
+                c.accuracy_loss = 0.0
+                self.timings["estimates_deferred"] += 1
         if cost is not None:
             c.accuracy_loss += cost.added_loss
             c.accuracy_exact = c.accuracy_exact and not path.lossy
         return c
+
+    def _worth_estimating(self, c: Candidate, cost) -> bool:
+        """Whether `c`'s accuracy estimate is worth what it costs now: always where its
+        precisions' sensitivities are measured (adding them up is cheap); else only where the
+        plan could beat the default even losing nothing. A plan that cannot is scored at zero
+        loss (a lower bound: it ranks below the default either way) and a new precision's
+        sensitivity (traced runs of the whole graph, seconds on a large model) waits for a plan
+        that needs it: a descendant, another path, or an exact check (which measures the loss)."""
+        if self.base_score is None or all(self.sensitivity.knows(s.kind, dict(s.params))
+                                          for s in c.steps if s.kind in self.lossy):
+            return True
+        added = cost.added_loss if cost is not None else 0.0
+        best_case = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / self.base_mem,
+                                       added, c.changes)
+        return best_case < self.base_score
 
     def measuring_s(self) -> float:
         """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
@@ -202,7 +222,7 @@ class Evaluator:
         self.base_latency = default.latency_ms
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,
                                     self.target.memory_budget, self.weights.memory_floor)
-        self.finish(default)
+        self.base_score = self.finish(default).score
 
     def int8_fits(self, params: dict, nodes: tuple[str, ...], exact: bool) -> bool:
         """Whether int8 (`params`, without float_layers) on just these nodes keeps the loss within
