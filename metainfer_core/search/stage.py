@@ -100,7 +100,9 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
              + f", {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
              f"{len(result.top)} better than default, {result.search_s:.1f}s "
              f"(apply {result.timings.get('apply_s', 0):.1f}s, evaluate {result.timings.get('evaluate_s', 0):.1f}s, "
-             f"sensitivity {result.timings.get('sensitivity_s', 0):.1f}s)"
+             f"sensitivity {result.timings.get('sensitivity_s', 0):.1f}s"
+             + (f"; {int(result.timings['estimates_deferred'])} plans that cannot beat the default scored without "
+                "an accuracy estimate" if result.timings.get("estimates_deferred") else "") + ")"
              + (f"; best: {' > '.join(st.kind for st in best.steps)}, {best.binding.get('device', 0)} kernels on the "
                 f"device, {len(best.binding.get('host', []))} on the host" if best else
                 f"; nothing within the hard bounds (pruned: {result.pruned})" if result.pruned else ""))
