@@ -7,6 +7,9 @@ import math
 import re
 from typing import Any, Callable
 
+from metainfer_core.search.beam import SPACE_ENDS
+
+
 def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
     return sep.join(w for w, on in zip(words, (p.get("order") == "memory", bool(p.get("double_buffer")))) if on)
 
@@ -205,8 +208,11 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 def search_text(search: dict) -> str:
     """How far the search got: the depth reached of the configured one, candidates scored."""
     depth = f" of {search['depth']}" if search.get("depth") else ""
+    ended = search.get("levels", 0) < search.get("depth", 0) and not search.get("stopped_by_budget")
     return (f"depth {search.get('levels', '-')}{depth} reached, {search.get('evaluated', '-')} candidates scored"
-            + (", stopped by the budget" if search.get("stopped_by_budget") else ""))
+            + (", stopped by the budget" if search.get("stopped_by_budget") else "")
+            + (f" ({SPACE_ENDS})" if ended else ""))
+
 
 
 def summary_text(plan: dict, report_path: str | None = None) -> str:

@@ -163,3 +163,12 @@ def test_a_mixed_precision_step_says_how_many_layers_stay_float():
     assert "float (mixed" not in action_words(whole)
     fit = dict(mixed, params=dict(mixed["params"], float_layers="fit"), scope="compute, 17 float")
     assert action_name(fit) == "int8 u8s8, 17 layers float"
+
+
+def test_the_search_line_says_why_it_stopped_short_of_its_depth():
+    from metainfer_core.plan_report import search_text
+
+    assert search_text({"levels": 4, "depth": 4, "evaluated": 9}) == "depth 4 of 4 reached, 9 candidates scored"
+    assert search_text({"levels": 2, "depth": 4, "evaluated": 9, "stopped_by_budget": True}).endswith(
+        "stopped by the budget")
+    assert "action space ends there" in search_text({"levels": 2, "depth": 4, "evaluated": 9})

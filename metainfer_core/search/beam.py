@@ -26,6 +26,8 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 from metainfer_core.timing import runs_per_sample
 
+# why a search that had time left stopped short of its configured depth
+SPACE_ENDS = "the action space ends there: no deeper plan is legal or new"
 DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
