@@ -38,7 +38,6 @@ import contextlib
 import importlib
 import importlib.util
 import io
-import logging
 import multiprocessing
 import sys
 import tempfile
@@ -51,6 +50,7 @@ import onnx
 import onnxruntime as ort
 
 from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
 from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
 from metainfer_core.timing import SETTLE, interleaved
 
@@ -120,35 +120,18 @@ class OrtPeer:
         return (time.perf_counter() - t0) * 1e3
 
 
-class _Reader:
-    """onnxruntime.quantization.CalibrationDataReader over a list of feeds."""
-
-    def __init__(self, feeds: list[Feeds]):
-        self._it = iter(feeds)
-
-    def get_next(self):
-        return next(self._it, None)
-
-
 def ort_quantized(default: onnx.ModelProto, feeds: list[Feeds] | None) -> onnx.ModelProto:
-    """quantize_static (QDQ, QUInt8/QInt8, per channel, calibrated on `feeds`), or quantize_dynamic
-    (its defaults) when feeds is None."""
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    """quantize_static (QDQ, QUInt8/QInt8, per channel, calibrated on `feeds`: the same call as
+    int8's engine onnxruntime), or quantize_dynamic (its defaults) when feeds is None."""
+    from onnxruntime.quantization import quantize_dynamic
 
+    if feeds is not None:
+        return quantize_static_qdq(default, feeds, "QUInt8", "QInt8", per_channel=True)
     with tempfile.TemporaryDirectory(prefix="metainfer-ortq-") as tmp:
         src, dst = Path(tmp) / "default.onnx", Path(tmp) / "quantized.onnx"
         onnx.save(default, src)
-        root = logging.getLogger()
-        level = root.level
-        root.setLevel(logging.ERROR)     # the quantizer's "consider pre-processing" advice, once per call
-        try:
-            if feeds is None:
-                quantize_dynamic(src, dst)
-            else:
-                quantize_static(src, dst, _Reader(feeds), quant_format=QuantFormat.QDQ,
-                                activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=True)
-        finally:
-            root.setLevel(level)
+        with quiet_quantizer():
+            quantize_dynamic(src, dst)
         return onnx.load(dst)
 
 

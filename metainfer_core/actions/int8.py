@@ -3,7 +3,8 @@ calibrated on the run's calibration inputs: random, or the user's .npz), the for
 Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels, or in
 OpenVINO's placement (only what quantized ops read, symmetric activations, float outputs) where
 the target offers an OpenVINO path. The rewrite itself is metainfer_core.actions._qdq (linear in
-the graph size), or NNCF's (engine nncf: nncf_engine.py, OpenVINO's form only). `float_layers`
+the graph size), NNCF's (engine nncf: nncf_engine.py, OpenVINO's form only) or ONNX Runtime's
+quantize_static (engine onnxruntime: ort_engine.py, ONNX Runtime's QDQ form only). `float_layers`
 keeps the most sensitive layers out of scope (float_layers.py)."""
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
 from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
 from metainfer_core.actions.binding import offered
 from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
+from metainfer_core.actions.ort_engine import ORT, ort_quantize
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import PATH_KEY, set_model_meta
 from metainfer_core.actions.fp16 import is_float32_model
@@ -43,14 +45,15 @@ class Int8(Action):
                             "sensitivity on the run's inputs) stay in float, on whichever path runs the plan "
                             "(ONNX Runtime f32; OpenVINO f32 or bf16); fit: the fewest that bring the estimated "
                             "loss within accuracy.max_loss; offered in a search only"),
-        "engine": Param("metainfer", ("metainfer", NNCF),
-                        "who writes the Q/DQ: meta-infer's rewrite, or NNCF's post-training quantizer (OpenVINO's "
-                        "form only, scope compute; seconds per graph, so offered with float_layers 0 or fit only; the "
-                        "float layers read their original inputs and weights afterwards)"),
+        "engine": Param("metainfer", ("metainfer", NNCF, ORT),
+                        "who writes the Q/DQ: meta-infer's rewrite, NNCF's post-training quantizer (OpenVINO's "
+                        "form only, scope compute) or ONNX Runtime's quantize_static (ONNX Runtime's QDQ form only); "
+                        "an outside quantizer calibrates (seconds per graph), so it is offered with float_layers 0 or "
+                        "fit only, and the float layers read their original inputs and weights afterwards"),
     }
 
     def calibrates(self, params):
-        return self.with_defaults(params)["engine"] == NNCF
+        return self.with_defaults(params)["engine"] in (NNCF, ORT)
 
     def narrow(self, site, params, cache):
         return narrowed(site, params, cache)
@@ -64,6 +67,8 @@ class Int8(Action):
         if params["engine"] == NNCF and (params["placement"] != "inputs" or params["scope"] != "compute"
                                          or params[FLOAT_LAYERS] not in (0, FIT)):
             return []       # NNCF places its own Q/DQ, for OpenVINO: one variant, whole or fitted
+        if params["engine"] == ORT and (params["placement"] != "inputs_outputs" or params[FLOAT_LAYERS] not in (0, FIT)):
+            return []       # ONNX Runtime's quantizer writes its own QDQ form: whole or fitted
         return [Site(self._scope(model, params), params["scope"])]
 
     @staticmethod
@@ -94,6 +99,11 @@ class Int8(Action):
             floats = [n for n in self._scope(model, params) if n not in kept]
             out = nncf_quantize(model, ctx.calibration_feeds, floats, ctx.cache)
             return self._bound(model, out)
+        if params["engine"] == ORT:
+            kept = set(site.nodes)
+            floats = [n for n in self._scope(model, params) if n not in kept]
+            return ort_quantize(model, ctx.calibration_feeds, floats, params,
+                                COMPUTE_OPS if params["scope"] == "compute" else None, ctx.cache)
         table = range_table(ctx.cache, ctx.calibration_feeds, params["calibrate_method"])
         out = quantize(model, set(site.nodes), table, params["activation_type"], params["weight_type"],
                        params["per_channel"], params["placement"])

@@ -18,9 +18,8 @@ import logging
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
-from metainfer_core.normalize.graph_utils import GraphIndex, clone
+from metainfer_core.actions.float_rewire import with_float
 from metainfer_core.directives import INT8_ENGINE_KEY, set_model_meta
 
 NNCF = "nncf"
@@ -38,7 +37,7 @@ def nncf_quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], fl
         if len(results) >= _KEPT:
             results.pop(next(iter(results)))
         results[key] = _quantize(model, feeds)
-    return _with_float(results[key], model, set(floats))
+    return with_float(results[key], model, set(floats))
 
 
 def quiet_nncf():
@@ -62,32 +61,3 @@ def _quantize(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> onn
             out.metadata_props.add(key=p.key, value=p.value)
     set_model_meta(out, INT8_ENGINE_KEY, NNCF)
     return out
-
-
-def _with_float(quantized: onnx.ModelProto, original: onnx.ModelProto, floats: set[str]) -> onnx.ModelProto:
-    """A copy of NNCF's graph whose `floats` read what they read in `original` (NNCF keeps node
-    and activation names); an original weight or bias NNCF changed comes back under a new name."""
-    out = clone(quantized)
-    if not floats:
-        return out
-    index = GraphIndex(out.graph)
-    before = {n.name: n for n in original.graph.node if n.name in floats}
-    weights = {t.name: t for t in original.graph.initializer}
-    for node in index.nodes:
-        src = before.get(node.name)
-        if src is None:
-            continue
-        for slot, name in enumerate(src.input):
-            if name in weights:
-                name = _original_weight(index, weights[name])
-            index.set_input(node, slot, name)
-    index.commit()
-    return out
-
-
-def _original_weight(index: GraphIndex, weight: onnx.TensorProto) -> str:
-    have = index.initializers.get(weight.name)
-    if have is not None and have.SerializeToString() == weight.SerializeToString():
-        return weight.name
-    name = weight.name if have is None else index.fresh_name(f"{weight.name}_float")
-    return index.add_initializer(numpy_helper.to_array(weight), name)

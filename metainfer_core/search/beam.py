@@ -22,6 +22,7 @@ from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
 from metainfer_core.actions.float_layers import FLOAT_LAYERS
 from metainfer_core.actions.nncf_engine import NNCF
+from metainfer_core.actions.ort_engine import ORT
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 from metainfer_core.timing import runs_per_sample
@@ -376,12 +377,15 @@ def kind_of(c: Candidate) -> tuple:
 
 
 def _lossy_label(st: Step) -> str:
-    """int8 in OpenVINO's form is a kind apart, and so is NNCF's writing of it: the predictor
-    tells neither from ONNX Runtime's form, so each is worth a measurement of its own."""
+    """int8 in OpenVINO's form is a kind apart, and so is an outside quantizer's writing of
+    either form (NNCF's, ONNX Runtime's): the predictor tells none of them from meta-infer's QDQ
+    form, so each is worth a measurement of its own."""
     params = dict(st.params)
-    if st.kind != "int8" or params.get("placement") != "inputs":
+    if st.kind != "int8":
         return st.kind
-    return "int8:nncf" if params.get("engine") == NNCF else "int8:openvino-form"
+    if params.get("engine") in (NNCF, ORT):
+        return f"int8:{params['engine']}"
+    return "int8:openvino-form" if params.get("placement") == "inputs" else st.kind
 
 
 _OPENVINO_FORMS = ("int8:openvino-form", "int8:nncf")

@@ -4,7 +4,7 @@ times), and the accuracy loss the path adds. The predictor learns kernels on the
 a bound candidate's latency is its graph's prediction times this ratio.
 
 Measured once per (path, graph class): plain float graphs, int8 graphs (ONNX Runtime's QDQ form
-and OpenVINO's inputs-only form apart, the latter as written by meta-infer or by NNCF) and
+and OpenVINO's inputs-only form apart, each as written by meta-infer or by an outside quantizer) and
 graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ
 graphs as int8, its precision hint applies to the float parts), so each class gets its own
 ratio (OpenVINO's int8 form one per set of quantized op types); the first graph of a class the
@@ -106,11 +106,11 @@ class PathCosts:
     @staticmethod
     def _key(path: ExecutionPath, model: onnx.ModelProto) -> tuple:
         kind = graph_class(model)
-        if kind != "int8-inputs":
-            return path, kind, ()
-        # NNCF's graph of the same op types runs otherwise than meta-infer's (other Q/DQ placement)
-        engine = model_meta(model, INT8_ENGINE_KEY)
-        return path, kind + (f"-{engine}" if engine else ""), quantized_ops(model)
+        # an outside quantizer's graph (NNCF's, ONNX Runtime's) runs otherwise than meta-infer's
+        # of the same form (other Q/DQ placement)
+        engine = model_meta(model, INT8_ENGINE_KEY) if kind.startswith("int8") else None
+        kind += f"-{engine}" if engine else ""
+        return path, kind, quantized_ops(model) if kind.startswith("int8-inputs") else ()
 
     def knows(self, path: ExecutionPath, model: onnx.ModelProto) -> bool:
         """Whether binding `model` (its graph) to `path` is already measured."""
