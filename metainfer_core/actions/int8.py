@@ -52,6 +52,13 @@ class Int8(Action):
                         "fit only, and the float layers read their original inputs and weights afterwards"),
     }
 
+    def choices(self, domain_override=None):
+        """float_layers varies slowest, in its domain's order (conf: 0, fit, then fixed counts):
+        every engine's and placement's whole-int8 plan is reached before any float-layer variant,
+        so a search whose budget ends early has still scored each quantizer's own form."""
+        domain = list((domain_override or {}).get(FLOAT_LAYERS, self.params[FLOAT_LAYERS].domain))
+        return sorted(super().choices(domain_override), key=lambda p: domain.index(p[FLOAT_LAYERS]))
+
     def calibrates(self, params):
         return self.with_defaults(params)["engine"] in (NNCF, ORT)
 

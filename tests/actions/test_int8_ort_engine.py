@@ -97,3 +97,19 @@ def test_the_bench_peer_is_the_engines_call():
     out, feeds = apply("int8", m, dict(ORT_INT8, scope="all", per_channel=True), target="cpu")
     peer = ort_quantized(m, feeds)
     assert [n.op_type for n in peer.graph.node] == [n.op_type for n in out.graph.node]
+
+
+def test_every_quantizers_whole_plan_comes_before_any_float_layer_variant(settings_for):
+    """In the default action space a search reaches each engine's whole-int8 plan (the form it
+    writes best) before it spends its budget on float-layer variants of meta-infer's own."""
+    from metainfer_core.actions import expand
+    from metainfer_core.search.beam import in_budget_order
+
+    s = settings_for("target=cpu", "model=resnet_tiny")
+    m = normalize(build("resnet_tiny"), None).model
+    order = [p for a, p, _ in in_budget_order(expand(m, s.action_space.domains(), backend("cpu").info, narrow=False))
+             if a.name == "int8"]
+    first_float = next(i for i, p in enumerate(order) if p["float_layers"] != 0)
+    wholes = {p["engine"] for p in order[:first_float]}
+    assert wholes == {"metainfer", "onnxruntime", "nncf"}, order[:first_float]
+    assert all(p["float_layers"] == 0 for p in order[:first_float])
