@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends.paths import ExecutionPath
