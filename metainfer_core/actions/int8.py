@@ -101,14 +101,12 @@ class Int8(Action):
     def apply(self, model, site, params, ctx):
         if not ctx.calibration_feeds:
             raise ValueError("int8 needs calibration inputs")
+        if params["engine"] in (NNCF, ORT):     # an outside quantizer writes the whole scope; these stay float
+            kept = set(site.nodes)
+            floats = [n for n in self._scope(model, params) if n not in kept]
         if params["engine"] == NNCF:
-            kept = set(site.nodes)
-            floats = [n for n in self._scope(model, params) if n not in kept]
-            out = nncf_quantize(model, ctx.calibration_feeds, floats, ctx.cache)
-            return self._bound(model, out)
+            return self._bound(model, nncf_quantize(model, ctx.calibration_feeds, floats, ctx.cache))
         if params["engine"] == ORT:
-            kept = set(site.nodes)
-            floats = [n for n in self._scope(model, params) if n not in kept]
             return ort_quantize(model, ctx.calibration_feeds, floats, params,
                                 COMPUTE_OPS if params["scope"] == "compute" else None, ctx.cache)
         table = range_table(ctx.cache, ctx.calibration_feeds, params["calibrate_method"])
