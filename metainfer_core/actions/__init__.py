@@ -29,7 +29,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
 
 
 def expand(model, space: dict, target, after: Step | None = None, illegal: dict[str, str] | None = None,
-           lossy: bool | None = None, cache: dict | None = None, narrow: bool = True):
+           lossy: bool | None = None, cache: dict | None = None, narrow: bool = True, calibrating: bool = True):
     """The action space's one enumerator, used by profile, search and predictor training alike:
     every legal (action, parameter choice, site) of `model` under `space` ({action: domain}).
     after: the step that made `model`; plan-wide directives commute with graph rewrites, so after
@@ -37,13 +37,17 @@ def expand(model, space: dict, target, after: Step | None = None, illegal: dict[
     illegal: collects action -> its last refusal. lossy: only lossy (True) or lossless (False) actions.
     cache: the run's shared action cache, which may narrow sites (Action.narrow: int8's float layers);
     narrow=False leaves that to the caller (the search narrows an expansion only when its budget
-    reaches it: narrowing may measure)."""
+    reaches it: narrowing may measure). calibrating=False leaves out the choices whose apply runs
+    the graph (Action.calibrates: an outside quantizer, seconds per graph): profiling and the
+    predictor's training set measure kernels, and those are another choice's (int8's own form)."""
     last_keeps = after is not None and ACTIONS[after.kind].keeps_graph(dict(after.params))
     for name, domain in space.items():
         action = ACTIONS[name]
         if lossy is not None and action.lossy != lossy:
             continue
         for params in action.choices(domain):
+            if not calibrating and action.calibrates(params):
+                continue
             if last_keeps and (not action.keeps_graph(params) or name <= after.kind):
                 continue
             for site in action.sites(model, params, target):

@@ -30,9 +30,7 @@ def profiling_variants(s: Settings, prepared: Prepared, backend: Backend) -> lis
 
     def rewrites(model: onnx.ModelProto, lossy: bool | None) -> list[tuple[onnx.ModelProto, bool]]:
         out = []
-        for action, params, site in expand(model, space, ctx.target, lossy=lossy):
-            if action.calibrates(params):
-                continue        # seconds per graph; its kernels are those of another choice's (int8's own form)
+        for action, params, site in expand(model, space, ctx.target, lossy=lossy, calibrating=False):
             try:
                 out.append((action.apply(model, site, params, ctx), action.lossy))
             except Exception:  # noqa: BLE001 - the search reports rewrites that fail

@@ -42,7 +42,8 @@ class Plan:
 def candidate_plans(model: onnx.ModelProto, space: dict[str, dict[str, Any]], target: TargetInfo,
                     feeds: list[dict[str, np.ndarray]], depth: int = 2, max_plans: int = 40) -> list[Plan]:
     """The default plan first, then distinct rewritten graphs, breadth first (one action, then
-    two...), at most `max_plans` in all. Rewrites that fail are skipped, as the search does."""
+    two...), at most `max_plans` in all. Rewrites that fail are skipped, as the search does; an
+    outside quantizer's choices are left out, as profiling leaves them out."""
     ctx = ActionContext(target=target, calibration_feeds=feeds)
     plans = [Plan(model)]
     seen = {plans[0].key}
@@ -50,7 +51,8 @@ def candidate_plans(model: onnx.ModelProto, space: dict[str, dict[str, Any]], ta
     for _ in range(depth):
         nxt: list[Plan] = []
         for state in frontier:
-            for action, params, site in expand(state.model, space, target, state.steps[-1] if state.steps else None):
+            for action, params, site in expand(state.model, space, target, state.steps[-1] if state.steps else None,
+                                               calibrating=False):
                 try:
                     out = action.apply(state.model, site, params, ctx)
                 except Exception:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
