@@ -193,6 +193,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                     "skipped": profile_report.skipped[:20], "left": profile_report.left},
         "search": ({"evaluated": outcome.result.evaluated, "levels": outcome.result.levels,
                     "depth": outcome.result.depth, "skipped": outcome.result.skipped,
+                    "dive_stalled_at": outcome.result.dive_stalled_at,
                     "duplicates": outcome.result.duplicates, "pruned": outcome.result.pruned,
                     "illegal": outcome.result.illegal, "failed": outcome.result.failed,
                     "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings,

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any, Callable
 
-from metainfer_core.search.beam import SPACE_ENDS
+from metainfer_core.search.beam import DIVE_STALLED, SPACE_ENDS
 
 
 def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
@@ -211,7 +211,8 @@ def search_text(search: dict) -> str:
     ended = search.get("levels", 0) < search.get("depth", 0) and not search.get("stopped_by_budget")
     return (f"depth {search.get('levels', '-')}{depth} reached, {search.get('evaluated', '-')} candidates scored"
             + (", stopped by the budget" if search.get("stopped_by_budget") else "")
-            + (f" ({SPACE_ENDS})" if ended else ""))
+            + (f" ({SPACE_ENDS})" if ended else "")
+            + (f" ({DIVE_STALLED.format(search['dive_stalled_at'])})" if search.get("dive_stalled_at") else ""))
 
 
 

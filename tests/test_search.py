@@ -19,6 +19,7 @@ from metainfer_core.directives import FUSION_KEY, STRATEGY_KEY
 from metainfer_core.normalize import normalize
 from metainfer_core.normalize.graph_utils import clone
 from metainfer_core.predictor import CostModel
+from metainfer_core.plan_report import search_text
 from metainfer_core.search import Candidate, Evaluator, Weights, beam_search, graph_hash
 from metainfer_core.search import evaluate as evaluate_module
 from metainfer_core.tensors import random_feeds
@@ -289,11 +290,11 @@ def test_double_buffered_weight_streaming_is_predicted_as_the_device_runs_it(mod
 
 
 def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
-    """The explorers: one per kind the top lacks, until the plans' predicted latencies (each
-    timed run with its settle runs) fill one verify round's allowance; a slow default does
-    not count (it is verified anyway)."""
+    """The explorers: one per kind the top lacks, an outside quantizer's first, until the plans'
+    predicted latencies (each timed run with its settle runs) fill one verify round's allowance;
+    a slow default does not count (it is verified anyway)."""
     from metainfer_core.actions import Site
-    from metainfer_core.search.beam import SearchResult, _explorers
+    from metainfer_core.search.beam import SearchResult, _explorers, kind_of as _kind
     from metainfer_core.timing import runs_per_sample
 
     model = build("mlp")
@@ -305,18 +306,30 @@ def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
     assert pick(float("inf")) == ["int8", "fp16", "int8_dynamic"]      # best score first
     assert pick(100.0) == ["int8", "int8_dynamic"]                      # fp16 (60 ms) no longer fits beside int8
     assert pick(runs_per_sample(1.0) * 1.0) == ["int8_dynamic"]
+    # an outside quantizer's plan (ONNX Runtime's, on its own op set) first, though ranked last
+    ort = Step("int8", Site((), "all"), (("engine", "onnxruntime"), ("scope", "all")))
+    best_of_kind[("int8:onnxruntime",)] = Candidate(model, (ort,), latency_ms=1.0, score=0.9)
+    assert [_kind(c) for c in _explorers(best_of_kind, [], None, 2, float("inf"), SearchResult(default=None, top=[]))] \
+        == [("int8:onnxruntime",), ("int8",)]
+
+
+class LaunchBound(FakeCostModel):
+    """A kernel costs its launch (1 ms) above its work: fewer kernels are a clear gain."""
+    def predict_kernels_ms(self, kernels):
+        return 1.0 + super().predict_kernels_ms(kernels)
 
 
 @pytest.mark.alone
 def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monkeypatch):
     """Each candidate's scoring slowed as on a large model (0.1 s): the budget ends during the
-    widening's first level, yet the dive has scored plans at the configured depth; no plan is
-    scored twice (the widening re-uses the dive's children), and the search ends near its budget."""
+    widening's first level, yet the dive has scored plans at the configured depth (each kernel
+    costs a launch, so every fusion gains); no plan is scored twice (the widening re-uses the
+    dive's children), and the search ends near its budget."""
     import time
 
     m, feeds, reference = models["resnet_tiny"]
     be = backend("gpu")
-    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    ev = Evaluator(LaunchBound(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
     scored, real = [], Evaluator.evaluate
 
     def slow(self, c, parent=None):
@@ -327,11 +340,28 @@ def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monke
     monkeypatch.setattr(Evaluator, "evaluate", slow)
     levels = []
     res = beam_search(m, SPACE, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=3,
-                      top_k=3, time_budget_s=2.0, progress=lambda lvl, n, best: levels.append(lvl))
-    assert res.depth == res.levels == 3 and levels[:3] == [1, 2, 3]
+                      top_k=3, time_budget_s=6.0, progress=lambda lvl, n, best: levels.append(lvl))
+    assert res.depth == res.levels == 3 and levels[:3] == [1, 2, 3] and not res.dive_stalled_at
     assert res.stopped_by_budget and res.skipped > 0
     assert len(scored) == len(set(scored)) == res.evaluated
-    assert res.search_s < 2.0 + 3.0         # the exact checks of the best few come after
+    assert res.search_s < 6.0 + 3.0         # the exact checks of the best few come after
+
+
+def test_the_dive_stops_where_no_child_gains(models):
+    """Tiling only adds kernels here: no child of the default is predicted to gain, so the dive
+    ends at its first level (following the least bad child would spend its share on plans no
+    better than their state), says so, and the widening starts from the root at once."""
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("gpu")
+    ev = Evaluator(LaunchBound(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    levels = []
+    res = beam_search(m, {"tiling": {"tiles": [2, 4], "axis": ["height"]}}, ev,
+                      ActionContext(target=be.info, calibration_feeds=feeds), beam_width=2, depth=3, top_k=3,
+                      time_budget_s=60, progress=lambda lvl, n, best: levels.append(lvl))
+    assert res.dive_stalled_at == 1 and levels[0] == 1 and levels[1] == 1      # the widening starts at once
+    assert res.levels == max(levels) and not res.top
+    assert "the dive stopped at depth 1" in search_text({"levels": res.levels, "depth": res.depth, "evaluated": 1,
+                                                         "dive_stalled_at": res.dive_stalled_at})
 
 
 @pytest.mark.alone

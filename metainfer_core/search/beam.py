@@ -29,6 +29,8 @@ from metainfer_core.timing import runs_per_sample
 
 # why a search that had time left stopped short of its configured depth
 SPACE_ENDS = "the action space ends there: no deeper plan is legal or new"
+# why the greedy dive ended before the configured depth (the widening goes on from the root)
+DIVE_STALLED = "the dive stopped at depth {}: no deeper step was predicted to gain"
 DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
@@ -59,6 +61,7 @@ class SearchResult:
     leanest: Candidate | None = None     # the plan with the least peak memory among those over the limit
     depth: int = 0                       # the configured depth (levels: the deepest one reached)
     skipped: int = 0                     # expansions left out because they would not fit the budget
+    dive_stalled_at: int = 0             # the dive's level where no child was predicted to gain (0: it did not stall)
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
@@ -104,6 +107,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         nxt = run.ranked([c for c in frontier + stepping if level == depth or not _ends_in_directive(c)])
         if not nxt or run.out_of_time():
             break
+        if level < depth and not _gains(run.rank(nxt[0]), run.rank(state)):
+            # no child is predicted to gain: following the least bad one (a neutral tiling, say)
+            # would spend the dive on plans no better than their state; the widening gets the time
+            run.result.dive_stalled_at = level
+            break
         state = nxt[0]
     # the widening: the beam from the root over the whole budget, the dive's children re-used
     beam = [default]
@@ -130,6 +138,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
 
 
 DIVE_SHARE = 0.5        # of the expansions' time, at most, for the dive to full depth
+MIN_GAIN = 0.01         # a predicted score this much lower (share) is a gain; less is within the predictor's resolution
+
+
+def _gains(score: float, than: float) -> bool:
+    return score < than - MIN_GAIN * abs(than)
 EXACT_SHARE = 0.2       # of the search's budget kept for the exact checks of the best lossy plans
 
 
@@ -234,10 +247,15 @@ class _Search:
     def ranked(self, cands: list[Candidate]) -> list[Candidate]:
         """The states worth growing, best first: a lossy graph at its best bound plan's rank, a
         plan over the memory limit behind by how far over it is; bound plans are leaves."""
-        limit = max(self.evaluator.target.memory_limit_bytes, 1)
         growing = {id(c): c for c in cands if id(c) not in self.ahead_of or self.ahead_of[id(c)] is not None}
-        return sorted(growing.values(), key=lambda c: min(c.score, self.ahead_of.get(id(c), c.score))
-                      + max(0.0, c.peak_mem_bytes / limit - 1.0))
+        return sorted(growing.values(), key=self.rank)
+
+    def rank(self, c: Candidate) -> float:
+        """A state's worth for growing: a lossy graph at its best bound plan's score, a plan over
+        the memory limit behind by how far over it is."""
+        limit = max(self.evaluator.target.memory_limit_bytes, 1)
+        bound = self.ahead_of.get(id(c))
+        return min(c.score, c.score if bound is None else bound) + max(0.0, c.peak_mem_bytes / limit - 1.0)
 
     def consider(self, state: Candidate, action, params, site, frontier: list, stepping: list,
                  until: float) -> Candidate | None:
@@ -334,9 +352,12 @@ class _Search:
                 result.leanest = cand
             return cand
         sig = kind_of(cand)
-        # a kind's representative: its simplest plan (fewest steps), then the best scored
-        if sig and (sig not in self.best_of_kind or (cand.changes, cand.score) < (self.best_of_kind[sig].changes,
-                                                                                 self.best_of_kind[sig].score)):
+        # a kind's representative: its simplest plan (fewest steps), then the best scored; a score
+        # within the predictor's resolution keeps the first made (its domain's first choice: the
+        # predictor tells int8's activation types apart no better than that, the runtime may)
+        held = self.best_of_kind.get(sig)
+        if sig and (held is None or cand.changes < held.changes
+                    or (cand.changes == held.changes and _gains(cand.score, held.score))):
             self.best_of_kind[sig] = cand
         return cand
 
@@ -379,10 +400,13 @@ def kind_of(c: Candidate) -> tuple:
 def _lossy_label(st: Step) -> str:
     """int8 in OpenVINO's form is a kind apart, and so is an outside quantizer's writing of
     either form (NNCF's, ONNX Runtime's): the predictor tells none of them from meta-infer's QDQ
-    form, so each is worth a measurement of its own."""
+    form, so each is worth a measurement of its own. ONNX Runtime's quantizer on its own op set
+    (scope all) is the graph its users get: a kind apart from its compute-only scope."""
     params = dict(st.params)
     if st.kind != "int8":
         return st.kind
+    if params.get("engine") == ORT and params.get("scope") == "compute":
+        return f"int8:{ORT}:compute"
     if params.get("engine") in (NNCF, ORT):
         return f"int8:{params['engine']}"
     return "int8:openvino-form" if params.get("placement") == "inputs" else st.kind
@@ -397,12 +421,18 @@ def _breadth(kind: tuple) -> int:
     return len(kind) - int(implied)
 
 
+def _outside(kind: tuple) -> bool:
+    return any(k.startswith((f"int8:{NNCF}", f"int8:{ORT}")) for k in kind)
+
+
 def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
                round_ms: float, result: SearchResult, end: float = float("inf")) -> list[Candidate]:
     have = {kind_of(c) for c in top}
     out: list[Candidate] = []
-    # single kinds first (one precision or one path alone says most about what the predictor missed)
-    for c in sorted(best_of_kind.values(), key=lambda c: (_breadth(kind_of(c)) > 1, c.score)):
+    # single kinds first (one precision or one path alone says most about what the predictor
+    # missed), an outside quantizer's first among them: the graphs users get from those tools,
+    # which the predictor reads worst
+    for c in sorted(best_of_kind.values(), key=lambda c: (_breadth(kind_of(c)) > 1, not _outside(kind_of(c)), c.score)):
         if len(out) == explore:
             break
         if kind_of(c) in have or any(c is t for t in top):

@@ -36,7 +36,8 @@ def test_onnxruntimes_quantizer_writes_the_qdq_form_on_the_default_path_and_mark
     ov = ExecutionPath("openvino", "f32")
     assert PathCosts._key(ov, out) != PathCosts._key(ov, ours)
     site = Site(("Conv_0",), "compute")
-    assert _lossy_label(Step("int8", site, tuple(ORT_INT8.items()))) == "int8:onnxruntime"
+    assert _lossy_label(Step("int8", site, tuple(ORT_INT8.items()))) == "int8:onnxruntime:compute"
+    assert _lossy_label(Step("int8", site, tuple(dict(ORT_INT8, scope="all").items()))) == "int8:onnxruntime"
     assert _lossy_label(Step("int8", site, tuple(OURS.items()))) == "int8"
 
 
