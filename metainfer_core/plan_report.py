@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any, Callable
 
-from metainfer_core.search.beam import DIVE_STALLED, SPACE_ENDS
+from metainfer_core.search.beam import depth_reasons
 
 
 def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
@@ -208,11 +208,10 @@ def text_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 def search_text(search: dict) -> str:
     """How far the search got: the depth reached of the configured one, candidates scored."""
     depth = f" of {search['depth']}" if search.get("depth") else ""
-    ended = search.get("levels", 0) < search.get("depth", 0) and not search.get("stopped_by_budget")
     return (f"depth {search.get('levels', '-')}{depth} reached, {search.get('evaluated', '-')} candidates scored"
             + (", stopped by the budget" if search.get("stopped_by_budget") else "")
-            + (f" ({SPACE_ENDS})" if ended else "")
-            + (f" ({DIVE_STALLED.format(search['dive_stalled_at'])})" if search.get("dive_stalled_at") else ""))
+            + depth_reasons(search.get("levels", 0), search.get("depth", 0), bool(search.get("stopped_by_budget")),
+                            search.get("dive_stalled_at", 0)))
 
 
 

@@ -27,12 +27,19 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 from metainfer_core.timing import runs_per_sample
 
-# why a search that had time left stopped short of its configured depth
-SPACE_ENDS = "the action space ends there: no deeper plan is legal or new"
-# why the greedy dive ended before the configured depth (the widening goes on from the root)
-DIVE_STALLED = "the dive stopped at depth {}: no deeper step was predicted to gain"
 DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
+
+
+def depth_reasons(levels: int, depth: int, stopped_by_budget: bool, dive_stalled_at: int, skipped: int = 0) -> str:
+    """Why the search went as deep as it did, for its summary line: " (...)" or nothing."""
+    why = ([f"{skipped} expansions left out: they would have ended past the budget"] if skipped else
+           # it had time left, yet stopped short of its configured depth
+           ["the action space ends there: no deeper plan is legal or new"] if levels < depth and not stopped_by_budget
+           else [])
+    if dive_stalled_at:     # the widening went on from the root
+        why.append(f"the dive stopped at depth {dive_stalled_at}: no deeper step was predicted to gain")
+    return f" ({'; '.join(why)})" if why else ""
 
 
 def _arity(fn: Callable) -> int:

@@ -15,7 +15,7 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.prepare import Prepared
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.anchor import measured_default_ms
-from metainfer_core.search.beam import DIVE_STALLED, SPACE_ENDS, SearchResult, beam_search
+from metainfer_core.search.beam import SearchResult, beam_search, depth_reasons
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
 from metainfer_core.search.path_costs import PathCosts
@@ -96,9 +96,8 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     for f in findings:
         progress(f"search: {f}")
     progress(f"search: depth {result.levels} of {result.depth} reached"
-             + (f" ({result.skipped} expansions left out: they would have ended past the budget)" if result.skipped else
-                f" ({SPACE_ENDS})" if result.levels < result.depth and not result.stopped_by_budget else "")
-             + (f" ({DIVE_STALLED.format(result.dive_stalled_at)})" if result.dive_stalled_at else "")
+             + depth_reasons(result.levels, result.depth, result.stopped_by_budget, result.dive_stalled_at,
+                             result.skipped)
              + f", {result.evaluated} candidates scored ({result.duplicates} duplicates merged), "
              f"{len(result.top)} better than default, {result.search_s:.1f}s "
              f"(apply {result.timings.get('apply_s', 0):.1f}s, evaluate {result.timings.get('evaluate_s', 0):.1f}s, "
