@@ -319,6 +319,22 @@ class LaunchBound(FakeCostModel):
         return 1.0 + super().predict_kernels_ms(kernels)
 
 
+def test_plans_the_predictor_cannot_tell_apart_are_verified_after_every_distinct_one():
+    """int8 with the other activation type, scored within 1 % of the one made before it, goes
+    after the distinct plans (the first made stands for both); 1.5 % apart, two plans of a kind
+    are both distinct."""
+    from metainfer_core.actions import Site
+    from metainfer_core.search.beam import _twins_last
+
+    model = build("mlp")
+    plan = lambda act, fl, score: Candidate(model, (Step("int8", Site((), "all"), (("activation_type", act),  # noqa: E731
+                                                                                    ("float_layers", fl))),), score=score)
+    u8, fl1, fp16, s8 = plan("QUInt8", 0, 0.772), plan("QUInt8", 1, 0.76), Candidate(
+        model, (Step("fp16", Site((), "all"), ()),), score=0.78), plan("QInt8", 0, 0.7715)
+    made_at = {id(u8): 1, id(fl1): 2, id(fp16): 3, id(s8): 5}
+    assert _twins_last([s8, fp16, fl1, u8], made_at) == [fl1, u8, fp16, s8]
+
+
 @pytest.mark.alone
 def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monkeypatch):
     """Each candidate's scoring slowed as on a large model (0.1 s): the budget ends during the

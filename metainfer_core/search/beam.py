@@ -134,7 +134,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     result = run.result
     result.skipped = len(run.skipped)
     end = t0 + time_budget_s       # no exact check starts after it
-    result.top = _exact_top(pool, default, evaluator, top_k, result, end)
+    result.top = _exact_top(_twins_last(pool, run.made_at), default, evaluator, top_k, result, end)
     result.top += _explorers(run.best_of_kind, result.top, evaluator, explore, explore_round_ms, result, end)
     result.search_s = time.perf_counter() - t0
     result.timings = {k: round(v, 4) for k, v in {**run.clock, **evaluator.timings, "total_s": result.search_s}.items()}
@@ -151,6 +151,21 @@ MIN_GAIN = 0.01         # a predicted score this much lower (share) is a gain; l
 def _gains(score: float, than: float) -> bool:
     return score < than - MIN_GAIN * abs(than)
 EXACT_SHARE = 0.2       # of the search's budget kept for the exact checks of the best lossy plans
+
+
+def _twins_last(pool: list[Candidate], made_at: dict[int, int]) -> list[Candidate]:
+    """The pool best first, but a plan of the same kind as one made before it and scored within
+    the predictor's resolution of it (int8 with the other activation type, a neutral tiling
+    added) after every distinct plan: the predictor cannot tell such twins apart, so verifying
+    both would spend a slot on one measurement's worth; the first made (its domain's first
+    choice, the simpler plan) stands for both."""
+    distinct: list[Candidate] = []
+    twins: list[Candidate] = []
+    for c in sorted(pool, key=lambda c: made_at.get(id(c), 0)):
+        same = [d for d in distinct if kind_of(d) == kind_of(c)]
+        (twins if any(not _gains(c.score, d.score) and not _gains(d.score, c.score) for d in same)
+         else distinct).append(c)
+    return sorted(distinct, key=lambda c: c.score) + sorted(twins, key=lambda c: c.score)
 
 
 def _best(pool: list[Candidate], new: list[Candidate], keep: int) -> list[Candidate]:
@@ -180,6 +195,7 @@ class _Search:
         self.keep = keep
         self.seen = {self.result.default.key}
         self.made: dict[tuple, Candidate | None] = {}        # (state key, step) -> its child
+        self.made_at: dict[int, int] = {}        # candidate -> the order it was scored in
         self.best_of_kind: dict[tuple, Candidate] = {}
         self.ahead_of: dict[int, float | None] = {}  # graph -> its best bound plan's score; bound plan -> None
         self.lookahead = {k: v for k, v in space.items() if k == "binding"}
@@ -350,6 +366,7 @@ class _Search:
             result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             return None
         result.evaluated += 1
+        self.made_at[id(cand)] = result.evaluated
         if cand.violation:
             reason = cand.violation.split(":")[0]
             result.pruned[reason] = result.pruned.get(reason, 0) + 1
@@ -466,13 +483,15 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
 
 def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, top_k: int,
                result: SearchResult, end: float = float("inf")) -> list[Candidate]:
-    """The best `top_k` better than the default, with exact accuracy for the lossy ones (those
-    not checked by `end` are left out)."""
+    """The first `top_k` of `pool` (in the order to verify them) better than the default, with
+    exact accuracy for the lossy ones (those not checked by `end` are left out)."""
     top: list[Candidate] = []
     checks = 0
-    for c in sorted(pool, key=lambda c: c.score):
-        if len(top) == top_k or c.score >= default.score:
+    for c in pool:
+        if len(top) == top_k:
             break
+        if c.score >= default.score:
+            continue
         if not c.accuracy_exact:
             if checks >= EXACT_CHECKS_PER_SLOT * top_k or time.perf_counter() > end:
                 continue
