@@ -6,6 +6,9 @@ graph alone, so the step's site is narrowed where the run's context is known: th
 ranking into the actions' shared cache (`provide_ranking`: per node, the loss of that node alone
 in int8, from the per-node sensitivity it measures anyway) and `expand` narrows each int8 site
 with it (`narrowed`). Without a ranking (profiling, predictor training) only k = 0 is offered.
+`fit` weighs what each float layer costs too (`costs`: the predictor's latency per node of the
+default graph, where the search provides it): a large layer kept float gives back more of
+int8's speed than a small one of the same loss.
 The narrowed site is what the step records and applies, so the plan, the accuracy estimate and
 the accuracy guard's replay all see the float layers as simply out of scope."""
 from __future__ import annotations
@@ -19,18 +22,23 @@ FIT = "fit"         # the fewest most sensitive layers that bring the estimated 
 FLOAT_LAYERS_DOMAIN = (0, 1, 2, 4, 8, FIT)
 RANKING_KEY = "int8.float_ranking"
 FITS_KEY = "int8.float_fits"
+COSTS_KEY = "int8.float_costs"
 
 # params (without float_layers) -> node -> the loss of that node alone in int8
 Ranking = Callable[[dict], dict[str, float]]
 # (params without float_layers, the nodes left in int8, exact) -> whether the loss is within the
 # bound: estimated, or (exact) estimated and then measured by a run on the validation inputs
 Fits = Callable[[dict, tuple[str, ...], bool], bool]
+# () -> node -> what keeping it float costs (the predictor's float latency of its kernel, ms)
+Costs = Callable[[], dict[str, float]]
 
 
-def provide_ranking(cache: dict, ranking: Ranking, fits: Fits | None = None) -> None:
+def provide_ranking(cache: dict, ranking: Ranking, fits: Fits | None = None, costs: Costs | None = None) -> None:
     cache[RANKING_KEY] = ranking
     if fits is not None:
         cache[FITS_KEY] = fits
+    if costs is not None:
+        cache[COSTS_KEY] = costs
 
 
 def numeric_params(params: dict) -> dict:
@@ -44,41 +52,69 @@ def numeric_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
     return tuple(Step(s.kind, s.site, tuple((k, v) for k, v in s.params if k != FLOAT_LAYERS)) for s in steps)
 
 
-def most_sensitive(nodes: tuple[str, ...], sensitivity: dict[str, float], k: int) -> list[str]:
-    """The k nodes of `nodes` with the highest sensitivity (a derived node counts by its origins);
-    nodes with none measured, or none at all, are never picked."""
-    def score(n: str) -> float:
-        return max((sensitivity.get(o, 0.0) for o in origins(n)), default=0.0)
+def _score(n: str, sensitivity: dict[str, float]) -> float:
+    """A node's sensitivity (a derived node counts by its origins)."""
+    return max((sensitivity.get(o, 0.0) for o in origins(n)), default=0.0)
 
-    ranked = sorted((n for n in nodes if score(n) > 0), key=lambda n: (-score(n), n))
+
+def most_sensitive(nodes: tuple[str, ...], sensitivity: dict[str, float], k: int) -> list[str]:
+    """The k nodes of `nodes` with the highest sensitivity; nodes with none measured, or none at
+    all, are never picked."""
+    ranked = sorted((n for n in nodes if _score(n, sensitivity) > 0), key=lambda n: (-_score(n, sensitivity), n))
     return ranked[:k]
+
+
+def most_sensitive_per_cost(nodes: tuple[str, ...], sensitivity: dict[str, float],
+                            costs: dict[str, float]) -> list[str]:
+    """The nodes most_sensitive ranks, by sensitivity per unit of what keeping each float costs:
+    several small layers may buy the bound back for less speed than one large one."""
+    floor = min((c for c in costs.values() if c > 0), default=1.0)
+
+    def cost(n: str) -> float:
+        return max(sum(costs.get(o, 0.0) for o in origins(n)), floor)
+
+    return sorted(most_sensitive(nodes, sensitivity, len(nodes)), key=lambda n: (-_score(n, sensitivity) / cost(n), n))
 
 
 EXACT_FIT_PROBES = 2     # runs of the lowered graph one fit may spend (each a whole-model run per input)
 
 
-def _fitted(site: Site, ranked: list[str], params: dict, fits: Fits) -> int | None:
-    """How many of the ranked nodes must stay float for the rest to fit the bound: the fewest by
-    the estimate (it never falls as more nodes are lowered: a bisection, free), then checked by
-    a run, halfway to all float where that still breaks it (estimates ran several times low on a
-    CQT front end), at most EXACT_FIT_PROBES runs. None when the whole site fits by the estimate
-    (k = 0 is that plan) or no probe fits."""
-    def rest(k: int) -> tuple[str, ...]:
-        out = set(ranked[:k])
-        return tuple(n for n in site.nodes if n not in out)
+def _fitted(site: Site, orders: list[list[str]], params: dict, fits: Fits,
+            costs: dict[str, float]) -> frozenset[str] | None:
+    """Which ranked nodes stay float for the rest to fit the bound. Per order (by sensitivity;
+    by sensitivity per cost), the shortest prefix that fits by the estimate (it never falls as
+    more nodes are lowered: a bisection, free), then the costliest of its nodes lowered again
+    where the estimate still fits; of these, the set that costs least. Then checked by a run,
+    halfway to all float along its order where that still breaks it (estimates ran several
+    times low on a CQT front end), at most EXACT_FIT_PROBES runs. None when the whole site fits
+    by the estimate (k = 0 is that plan) or no probe fits."""
+    def fit(out) -> bool:
+        return fits(params, tuple(n for n in site.nodes if n not in out), False)
 
-    if fits(params, rest(0), False) or not fits(params, rest(len(ranked)), False):
+    def cost(out) -> float:
+        return sum(costs.get(o, 0.0) for n in out for o in origins(n))
+
+    if fit(()) or not fit(orders[0]):
         return None
-    lo, hi = 0, len(ranked)          # rest(lo) does not fit, rest(hi) does
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(params, rest(mid), False) else (mid, hi)
+    tried = []
+    for order in orders:
+        lo, hi = 0, len(order)          # order[:lo] does not fit, order[:hi] does
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if fit(order[:mid]) else (mid, hi)
+        out = set(order[:hi])
+        for n in sorted(out, key=lambda n: (-cost([n]), n)):
+            if fit(out - {n}):
+                out.discard(n)
+        tried.append((cost(out), len(out), order, hi, out))
+    _, _, order, hi, out = min(tried, key=lambda t: t[:2])
     for _ in range(EXACT_FIT_PROBES):
-        if fits(params, rest(hi), True):
-            return hi
-        if hi == len(ranked):
+        if fits(params, tuple(n for n in site.nodes if n not in out), True):
+            return frozenset(out)
+        if hi == len(order):
             return None
-        hi = (hi + len(ranked) + 1) // 2
+        hi = (hi + len(order) + 1) // 2
+        out = set(order[:hi])
     return None
 
 
@@ -99,13 +135,18 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
         return None
     table = ranking(numeric_params(params))
     if k == FIT:
-        ranked = most_sensitive(site.nodes, table, len(site.nodes))
-        k = _fitted(site, ranked, numeric_params(params), fits)
-        if k is None:
+        costs = cache[COSTS_KEY]() if COSTS_KEY in cache else {}
+        orders = [most_sensitive(site.nodes, table, len(site.nodes))]
+        if costs:
+            orders.append(most_sensitive_per_cost(site.nodes, table, costs))
+        fitted = _fitted(site, orders, numeric_params(params), fits, costs)
+        if fitted is None:
             return None
-    floats = set(most_sensitive(site.nodes, table, k))
-    if len(floats) < k:
-        return None         # fewer sensitive layers than asked: the same plan as a smaller k
+        floats, k = set(fitted), len(fitted)
+    else:
+        floats = set(most_sensitive(site.nodes, table, k))
+        if len(floats) < k:
+            return None     # fewer sensitive layers than asked: the same plan as a smaller k
     kept = tuple(n for n in site.nodes if n not in floats)
     if not kept or (fits is not None and not fits(numeric_params(params), kept, False)):
         return None

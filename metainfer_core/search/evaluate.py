@@ -69,6 +69,7 @@ class Evaluator:
         self.max_probes = max_probes
         self.sensitivity: Sensitivity | None = None
         self._fit_losses: dict[tuple, float] = {}       # int8 float_layers=fit: exact losses probed
+        self._float_costs: dict[str, float] | None = None
         self.base_latency = 1.0
         self.base_mem = 1
         self.base_score: float | None = None     # the default plan's (set_baseline)
@@ -204,6 +205,7 @@ class Evaluator:
         if self.sensitivity is None or self.sensitivity.model is not default.model:
             self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                            self.loss_fn)
+            self._float_costs = None
             if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
                 self.paths.know(default.model, self.reference)
                 self.sensitivity.on_run = self.paths.know
@@ -211,7 +213,8 @@ class Evaluator:
         # once per int8 variant, on first use); held weakly, as the cache outlives the search
         me = weakref.ref(self)
         provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params),
-                        lambda params, nodes, exact: me().int8_fits(params, nodes, exact))
+                        lambda params, nodes, exact: me().int8_fits(params, nodes, exact),
+                        lambda: me().float_costs())
         self.scale = 1.0
         self.measure(default)
         if self.anchor_ms and default.latency_ms > 0:
@@ -223,6 +226,15 @@ class Evaluator:
         self.base_mem = memory_base(default.peak_mem_bytes, self.target.memory_limit_bytes,
                                     self.target.memory_budget, self.weights.memory_floor)
         self.base_score = self.finish(default).score
+
+    def float_costs(self) -> dict[str, float]:
+        """Per node of the default graph, the predictor's latency of the kernel it is in (ms):
+        what keeping that node float costs, as int8's fit weighs it (computed once)."""
+        if self._float_costs is None:
+            kernels = kernels_of(self.sensitivity.model)
+            self._float_costs = {n: float(ms) for k, ms in zip(kernels, per_kernel_ms(self.cost_model, kernels))
+                                 for n in k.node_names}
+        return self._float_costs
 
     def int8_fits(self, params: dict, nodes: tuple[str, ...], exact: bool) -> bool:
         """Whether int8 (`params`, without float_layers) on just these nodes keeps the loss within

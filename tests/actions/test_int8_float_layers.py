@@ -154,3 +154,34 @@ def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_with
     # without a bound to fit (no evaluator), fit is not offered
     ctx.cache.pop("int8.float_fits")
     assert not list(expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache))
+
+
+def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
+    m, feeds, reference = unet
+    info, ctx, sensitivity = ranked_context(m, feeds, reference)
+    params = {k: v[0] for k, v in int8_space("inputs_outputs", [0])["int8"].items()}
+    table = sensitivity.table("int8", {k: v for k, v in params.items() if k != "float_layers"})
+
+    def estimate(nodes):
+        return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),))
+
+    (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
+    ranked = most_sensitive(whole.nodes, table, len(whole.nodes))
+    first = ranked[0]
+    # the most sensitive layer is by far the costliest to keep float, and the bound can be met
+    # without it: every other ranked layer float, it alone (with the unranked ones) in int8
+    costs = {n: 1.0 for n in whole.nodes} | {first: 100.0}
+    bound = estimate(tuple(n for n in whole.nodes if n not in ranked[1:]))
+    assert bound < estimate(whole.nodes)
+
+    def floats_of_fit(with_costs):
+        provide_ranking(ctx.cache, lambda p: table, lambda p, nodes, exact: estimate(nodes) <= bound,
+                        (lambda: costs) if with_costs else None)
+        (_, _, fit), = expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache)
+        assert estimate(fit.nodes) <= bound
+        return set(whole.nodes) - set(fit.nodes)
+
+    by_loss = floats_of_fit(False)
+    by_cost = floats_of_fit(True)
+    assert first in by_loss and first not in by_cost
+    assert sum(costs[n] for n in by_cost) < sum(costs[n] for n in by_loss)
