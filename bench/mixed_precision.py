@@ -48,7 +48,7 @@ from ort_baselines import adapt_feeds, real_feeds  # noqa: E402
 
 from metainfer_core.accuracy import plan_loss, run_cpu  # noqa: E402
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand  # noqa: E402
-from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS_DOMAIN, provide_ranking  # noqa: E402
+from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS_DOMAIN, provide_ranking, share_of  # noqa: E402
 from metainfer_core.search.sensitivity import Sensitivity  # noqa: E402
 
 DEFAULT_MODELS = ["basic_pitch_nmp", "silero_vad", "minilm_int8", "unet_nhwc_512"]
@@ -64,13 +64,13 @@ def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_
     ctx = ActionContext(target=info, calibration_feeds=feeds)
     sensitivity = Sensitivity(default, feeds, reference, ctx)
 
-    def fits(params, nodes, exact):     # as the search's evaluator decides (Evaluator.int8_fits)
-        if sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)) > max_loss:
-            return False
-        if not exact:
-            return True
+    def shares(params, nodes, exact):     # as the search's evaluator measures them (Evaluator.int8_share)
+        estimated = share_of(sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)),
+                             max_loss)
+        if not exact or estimated > 1:
+            return estimated
         peer = on_path(ACTIONS["int8"].apply(default, Site(nodes, ""), params, ctx), feeds, form)
-        return plan_loss(reference, [peer.run(f) for f in feeds]) <= max_loss
+        return share_of(plan_loss(reference, [peer.run(f) for f in feeds]), max_loss)
 
     # every fixed k (the search offers only those its estimate keeps within the bound), then fit
     out, whole = {}, None
@@ -81,7 +81,7 @@ def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_
             whole = whole or site
             out[params["float_layers"]] = (action.apply(default, site, params, ctx),
                                            sorted(set(whole.nodes) - set(site.nodes)))
-        provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params), fits)
+        provide_ranking(ctx.cache, lambda params: sensitivity.table("int8", params), shares)
     return out
 
 

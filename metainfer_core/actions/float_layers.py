@@ -21,24 +21,29 @@ FLOAT_LAYERS = "float_layers"
 FIT = "fit"         # the fewest most sensitive layers that bring the estimated loss within the bound
 FLOAT_LAYERS_DOMAIN = (0, 1, 2, 4, 8, FIT)
 RANKING_KEY = "int8.float_ranking"
-FITS_KEY = "int8.float_fits"
+SHARES_KEY = "int8.float_shares"
 COSTS_KEY = "int8.float_costs"
 
 # params (without float_layers) -> node -> the loss of that node alone in int8
 Ranking = Callable[[dict], dict[str, float]]
-# (params without float_layers, the nodes left in int8, exact) -> whether the loss is within the
-# bound: estimated, or (exact) estimated and then measured by a run on the validation inputs
-Fits = Callable[[dict, tuple[str, ...], bool], bool]
+# (params without float_layers, the nodes left in int8, exact) -> their loss as a share of the
+# bound (within it at most 1): estimated, or (exact) measured by a run on the validation inputs
+Shares = Callable[[dict, tuple[str, ...], bool], float]
 # () -> node -> what keeping it float costs (the predictor's float latency of its kernel, ms)
 Costs = Callable[[], dict[str, float]]
 
 
-def provide_ranking(cache: dict, ranking: Ranking, fits: Fits | None = None, costs: Costs | None = None) -> None:
+def provide_ranking(cache: dict, ranking: Ranking, shares: Shares | None = None, costs: Costs | None = None) -> None:
     cache[RANKING_KEY] = ranking
-    if fits is not None:
-        cache[FITS_KEY] = fits
+    if shares is not None:
+        cache[SHARES_KEY] = shares
     if costs is not None:
         cache[COSTS_KEY] = costs
+
+
+def share_of(loss: float, bound: float) -> float:
+    """A loss as a share of its bound (a zero bound admits only no loss)."""
+    return loss / bound if bound > 0 else (0.0 if loss <= 0 else float("inf"))
 
 
 def numeric_params(params: dict) -> dict:
@@ -76,45 +81,56 @@ def most_sensitive_per_cost(nodes: tuple[str, ...], sensitivity: dict[str, float
     return sorted(most_sensitive(nodes, sensitivity, len(nodes)), key=lambda n: (-_score(n, sensitivity) / cost(n), n))
 
 
-EXACT_FIT_PROBES = 2     # runs of the lowered graph one fit may spend (each a whole-model run per input)
+EXACT_FIT_PROBES = 3     # runs of the lowered graph one fit may spend (each a whole-model run per input)
+REPROBE_MARGIN = 0.9     # a re-probe aims this far inside the bound: the estimates' error varies from set to set
 
 
-def _fitted(site: Site, orders: list[list[str]], params: dict, fits: Fits,
+def _fitted(site: Site, orders: list[list[str]], params: dict, shares: Shares,
             costs: dict[str, float]) -> frozenset[str] | None:
     """Which ranked nodes stay float for the rest to fit the bound. Per order (by sensitivity;
     by sensitivity per cost), the shortest prefix that fits by the estimate (it never falls as
     more nodes are lowered: a bisection, free), then the costliest of its nodes lowered again
-    where the estimate still fits; of these, the set that costs least. Then checked by a run,
-    halfway to all float along its order where that still breaks it (estimates ran several
-    times low on a CQT front end), at most EXACT_FIT_PROBES runs. None when the whole site fits
-    by the estimate (k = 0 is that plan) or no probe fits."""
-    def fit(out) -> bool:
-        return fits(params, tuple(n for n in site.nodes if n not in out), False)
+    where the estimate still fits; of these, the set that costs least. Then checked by a run;
+    where that breaks the bound (estimates ran several times low on a CQT front end and a text
+    detector), the estimates are scaled by what the run measured over what they said, and the
+    next set along the same order is found and checked so, at most EXACT_FIT_PROBES runs. None
+    when the whole site fits by the estimate (k = 0 is that plan) or no probe fits."""
+    def share(out, exact=False) -> float:
+        return shares(params, tuple(n for n in site.nodes if n not in out), exact)
 
     def cost(out) -> float:
         return sum(costs.get(o, 0.0) for n in out for o in origins(n))
 
-    if fit(()) or not fit(orders[0]):
-        return None
-    tried = []
-    for order in orders:
+    def fewest(order: list[str], within: float) -> set[str] | None:
+        """The shortest prefix of `order` whose estimated share is `within`, thinned."""
+        if share(order) > within:
+            return None
         lo, hi = 0, len(order)          # order[:lo] does not fit, order[:hi] does
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (lo, mid) if fit(order[:mid]) else (mid, hi)
+            lo, hi = (lo, mid) if share(order[:mid]) <= within else (mid, hi)
         out = set(order[:hi])
         for n in sorted(out, key=lambda n: (-cost([n]), n)):
-            if fit(out - {n}):
+            if share(out - {n}) <= within:
                 out.discard(n)
-        tried.append((cost(out), len(out), order, hi, out))
-    _, _, order, hi, out = min(tried, key=lambda t: t[:2])
+        return out
+
+    if share(()) <= 1 or share(orders[0]) > 1:
+        return None
+    tried = [(order, fewest(order, 1.0)) for order in orders]
+    order, out = min(tried, key=lambda t: (cost(t[1]), len(t[1])))
+    within = 1.0
     for _ in range(EXACT_FIT_PROBES):
-        if fits(params, tuple(n for n in site.nodes if n not in out), True):
+        measured, estimated = share(out, True), share(out)
+        if measured <= 1:
             return frozenset(out)
-        if hi == len(order):
+        if not 0 < estimated < measured:
             return None
-        hi = (hi + len(order) + 1) // 2
-        out = set(order[:hi])
+        # the set's estimate over its measure, a little inside: the next set is the first to meet it
+        within = estimated / measured * REPROBE_MARGIN
+        out = fewest(order, within)
+        if out is None:
+            return None
     return None
 
 
@@ -130,8 +146,8 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
     if params.get("scope", "compute") != "compute":
         return None         # float layers are chosen among the weighted layers, where int8 pays
     cache = cache or {}
-    ranking, fits = cache.get(RANKING_KEY), cache.get(FITS_KEY)
-    if ranking is None or (k == FIT and fits is None):
+    ranking, shares = cache.get(RANKING_KEY), cache.get(SHARES_KEY)
+    if ranking is None or (k == FIT and shares is None):
         return None
     table = ranking(numeric_params(params))
     if k == FIT:
@@ -139,7 +155,7 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
         orders = [most_sensitive(site.nodes, table, len(site.nodes))]
         if costs:
             orders.append(most_sensitive_per_cost(site.nodes, table, costs))
-        fitted = _fitted(site, orders, numeric_params(params), fits, costs)
+        fitted = _fitted(site, orders, numeric_params(params), shares, costs)
         if fitted is None:
             return None
         floats, k = set(fitted), len(fitted)
@@ -148,6 +164,6 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
         if len(floats) < k:
             return None     # fewer sensitive layers than asked: the same plan as a smaller k
     kept = tuple(n for n in site.nodes if n not in floats)
-    if not kept or (fits is not None and not fits(numeric_params(params), kept, False)):
+    if not kept or (shares is not None and shares(numeric_params(params), kept, False) > 1):
         return None
     return Site(kept, f"{site.label}, {k} float")

@@ -18,7 +18,7 @@ import numpy as np
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import infos_of, kernels_of, origins
-from metainfer_core.actions.float_layers import numeric_steps, provide_ranking
+from metainfer_core.actions.float_layers import numeric_steps, provide_ranking, share_of
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.directives import double_buffered
@@ -213,7 +213,7 @@ class Evaluator:
         # once per int8 variant, on first use); held weakly, as the cache outlives the search
         me = weakref.ref(self)
         provide_ranking(self.ctx.cache, lambda params: me().sensitivity.table("int8", params),
-                        lambda params, nodes, exact: me().int8_fits(params, nodes, exact),
+                        lambda params, nodes, exact: me().int8_share(params, nodes, exact),
                         lambda: me().float_costs())
         self.scale = 1.0
         self.measure(default)
@@ -236,15 +236,15 @@ class Evaluator:
                                  for n in k.node_names}
         return self._float_costs
 
-    def int8_fits(self, params: dict, nodes: tuple[str, ...], exact: bool) -> bool:
-        """Whether int8 (`params`, without float_layers) on just these nodes keeps the loss within
-        the bound: by the estimate, and (exact) then by a run of the default graph so lowered on
-        the validation inputs, on its execution path (remembered per node set)."""
+    def int8_share(self, params: dict, nodes: tuple[str, ...], exact: bool) -> float:
+        """The loss of int8 (`params`, without float_layers) on just these nodes as a share of the
+        bound: by the estimate, and (exact, where the estimate is within it) by a run of the
+        default graph so lowered on the validation inputs, on its execution path (remembered
+        per node set)."""
         step = Step("int8", Site(nodes, "fit"), tuple(sorted(params.items())))
-        if self.sensitivity.estimate((step,)) > self.max_loss:
-            return False
-        if not exact:
-            return True
+        estimated = share_of(self.sensitivity.estimate((step,)), self.max_loss)
+        if not exact or estimated > 1:
+            return estimated
         # per engine: the estimate is meta-infer's form's for both, a run is of the engine's graph
         key = (Sensitivity.variant("int8", params), params.get("engine"), frozenset(o for n in nodes for o in origins(n)))
         if key not in self._fit_losses:
@@ -256,7 +256,7 @@ class Evaluator:
             outputs = self.paths.run(lowered) if bound else run_cpu(lowered, self.feeds)
             self._fit_losses[key] = float(self.loss_fn(self.reference, outputs))
             self.timings["float_fit_s"] += time.perf_counter() - t0
-        return self._fit_losses[key] <= self.max_loss
+        return share_of(self._fit_losses[key], self.max_loss)
 
     def finish(self, c: Candidate) -> Candidate:
         c.score = self.weights.score(c.latency_ms / max(self.base_latency, 1e-9), c.peak_mem_bytes / self.base_mem,

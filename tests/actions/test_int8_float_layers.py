@@ -114,7 +114,7 @@ def test_search_keeps_the_sensitive_layers_float_where_whole_int8_breaks_the_bou
     res = beam_search(m, space, ev, ctx, 8, 1, 3, 60.0)
     numeric = {k: v[0] for k, v in space["int8"].items() if k != "float_layers"}
     whole_nodes = next(expand(m, int8_space("inputs_outputs", [0]), info))[2].nodes
-    assert not ev.int8_fits(numeric, whole_nodes, True)      # checked exactly: whole int8 breaks the bound
+    assert ev.int8_share(numeric, whole_nodes, True) > 1      # checked exactly: whole int8 breaks the bound
     assert res.top, res.pruned
     best = res.top[0]
     n_quantizable = len(next(expand(m, space, info))[2].nodes)
@@ -138,7 +138,7 @@ def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_with
 
     (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
     bound = 0.5 * estimate(whole.nodes)
-    provide_ranking(ctx.cache, lambda p: sensitivity.table("int8", p), lambda p, nodes, exact: estimate(nodes) <= bound)
+    provide_ranking(ctx.cache, lambda p: sensitivity.table("int8", p), lambda p, nodes, exact: estimate(nodes) / bound)
     (_, p, fit), = expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache)
     floats = [n for n in whole.nodes if n not in fit.nodes]
     assert p["float_layers"] == "fit" and fit.label.endswith(f", {len(floats)} float")
@@ -152,7 +152,7 @@ def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_with
         offered = list(expand(m, int8_space("inputs_outputs", [k]), info, cache=ctx.cache))
         assert bool(offered) == (estimate(rest) <= bound)
     # without a bound to fit (no evaluator), fit is not offered
-    ctx.cache.pop("int8.float_fits")
+    ctx.cache.pop("int8.float_shares")
     assert not list(expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache))
 
 
@@ -175,7 +175,7 @@ def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
     assert bound < estimate(whole.nodes)
 
     def floats_of_fit(with_costs):
-        provide_ranking(ctx.cache, lambda p: table, lambda p, nodes, exact: estimate(nodes) <= bound,
+        provide_ranking(ctx.cache, lambda p: table, lambda p, nodes, exact: estimate(nodes) / bound,
                         (lambda: costs) if with_costs else None)
         (_, _, fit), = expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache)
         assert estimate(fit.nodes) <= bound
@@ -185,3 +185,37 @@ def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
     by_cost = floats_of_fit(True)
     assert first in by_loss and first not in by_cost
     assert sum(costs[n] for n in by_cost) < sum(costs[n] for n in by_loss)
+
+
+def test_fit_rescales_its_estimate_by_what_a_run_measured_where_the_estimate_ran_low(unet):
+    m, feeds, reference = unet
+    info, ctx, sensitivity = ranked_context(m, feeds, reference)
+    params = {k: v[0] for k, v in int8_space("inputs_outputs", [0])["int8"].items()}
+    table = sensitivity.table("int8", {k: v for k, v in params.items() if k != "float_layers"})
+
+    def estimate(nodes):
+        return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),))
+
+    def rest(floats):
+        return tuple(n for n in whole.nodes if n not in floats)
+
+    (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
+    bound, low = 0.5 * estimate(whole.nodes), 1.5
+    runs = []
+
+    def shares(p, nodes, exact):        # a run measures 1.5 times what the estimate says
+        if exact:
+            runs.append(nodes)
+        return estimate(nodes) * (low if exact else 1) / bound
+
+    provide_ranking(ctx.cache, lambda p: table, shares)
+    (_, _, fit), = expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache)
+    floats = set(whole.nodes) - set(fit.nodes)
+    ranked = most_sensitive(whole.nodes, table, len(whole.nodes))
+    # the first run breaks the bound; the next set, found on the rescaled estimate, fits
+    assert len(runs) == 2 and runs[-1] == fit.nodes and low * estimate(fit.nodes) <= bound
+    # no more float layers than the shortest run of the ranking the rescaled estimate admits,
+    # fewer than a blind step halfway to all float from the first set would keep
+    first = next(k for k in range(len(ranked) + 1) if estimate(rest(ranked[:k])) <= bound)
+    fewest = next(k for k in range(len(ranked) + 1) if low * estimate(rest(ranked[:k])) <= 0.9 * bound)
+    assert 0 < len(floats) <= fewest < (first + len(ranked) + 1) // 2
