@@ -81,7 +81,7 @@ def most_sensitive_per_cost(nodes: tuple[str, ...], sensitivity: dict[str, float
     return sorted(most_sensitive(nodes, sensitivity, len(nodes)), key=lambda n: (-_score(n, sensitivity) / cost(n), n))
 
 
-EXACT_FIT_PROBES = 3     # runs of the lowered graph one fit may spend (each a whole-model run per input)
+EXACT_FIT_PROBES = 4     # runs of the lowered graph one fit may spend (each a whole-model run per input)
 REPROBE_MARGIN = 0.9     # a re-probe aims this far inside the bound: the estimates' error varies from set to set
 
 
@@ -90,48 +90,58 @@ def _fitted(site: Site, orders: list[list[str]], params: dict, shares: Shares,
     """Which ranked nodes stay float for the rest to fit the bound. Per order (by sensitivity;
     by sensitivity per cost), the shortest prefix that fits by the estimate (it never falls as
     more nodes are lowered: a bisection, free), then the costliest of its nodes lowered again
-    where the estimate still fits; of these, the set that costs least. Then checked by a run;
-    where that breaks the bound (estimates ran several times low on a CQT front end and a text
-    detector), the estimates are scaled by what the run measured over what they said, and the
-    next set along the same order is found and checked so, at most EXACT_FIT_PROBES runs. None
-    when the whole site fits by the estimate (k = 0 is that plan) or no probe fits."""
+    where the estimate still fits; of these, the set that costs least, checked by a run. The
+    estimates run several times low on some models (a CQT front end, a text detector) and
+    several times high on others (a text tagger): where that run breaks the bound, or keeps
+    well inside it, runs bisect the prefixes of the same order, the first guess the estimates
+    scaled by what the run measured over what they said. Of the sets a run found within the
+    bound the cheapest is kept (at most EXACT_FIT_PROBES runs in all). None when the whole site
+    fits by the estimate (k = 0 is that plan) or no run fits."""
     def share(out, exact=False) -> float:
         return shares(params, tuple(n for n in site.nodes if n not in out), exact)
 
     def cost(out) -> float:
         return sum(costs.get(o, 0.0) for n in out for o in origins(n))
 
-    def fewest(order: list[str], within: float) -> set[str] | None:
-        """The shortest prefix of `order` whose estimated share is `within`, thinned."""
+    def shortest(order: list[str], within: float) -> int | None:
+        """The length of the shortest prefix of `order` whose estimated share is `within`."""
         if share(order) > within:
             return None
         lo, hi = 0, len(order)          # order[:lo] does not fit, order[:hi] does
         while hi - lo > 1:
             mid = (lo + hi) // 2
             lo, hi = (lo, mid) if share(order[:mid]) <= within else (mid, hi)
-        out = set(order[:hi])
+        return hi
+
+    def thinned(out: set[str]) -> set[str]:
         for n in sorted(out, key=lambda n: (-cost([n]), n)):
-            if share(out - {n}) <= within:
-                out.discard(n)
+            if share(out - {n}) <= 1:
+                out = out - {n}
         return out
 
     if share(()) <= 1 or share(orders[0]) > 1:
         return None
-    tried = [(order, fewest(order, 1.0)) for order in orders]
-    order, out = min(tried, key=lambda t: (cost(t[1]), len(t[1])))
-    within = 1.0
-    for _ in range(EXACT_FIT_PROBES):
-        measured, estimated = share(out, True), share(out)
-        if measured <= 1:
-            return frozenset(out)
-        if not 0 < estimated < measured:
-            return None
-        # the set's estimate over its measure, a little inside: the next set is the first to meet it
-        within = estimated / measured * REPROBE_MARGIN
-        out = fewest(order, within)
-        if out is None:
-            return None
-    return None
+    tried = [(order, thinned(set(order[:shortest(order, 1.0)]))) for order in orders]
+    order, first = min(tried, key=lambda t: (cost(t[1]), len(t[1])))
+    measured, estimated = share(first, True), share(first)
+    fitting = [first] if measured <= 1 else []
+    if fitting and measured > REPROBE_MARGIN:
+        return frozenset(first)         # close to the bound already: little left to gain
+    # the bracket of prefix lengths: order[:lo] breaks the bound (the first set's size stands for
+    # it where it broke), order[:hi] fits (the whole order assumed to until a run shows it)
+    lo, hi = (0, len(first)) if fitting else (len(first), len(order))
+    guess = shortest(order, estimated / measured * REPROBE_MARGIN) if estimated > 0 and measured > 0 else None
+    for _ in range(EXACT_FIT_PROBES - 1):
+        k = guess if guess is not None and lo < guess < hi else (lo + hi) // 2
+        guess = None
+        if not lo < k < hi:
+            break
+        if share(order[:k], True) <= 1:
+            fitting.append(set(order[:k]))
+            hi = k
+        else:
+            lo = k
+    return frozenset(min(fitting, key=lambda out: (cost(out), len(out)))) if fitting else None
 
 
 def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
@@ -164,6 +174,8 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
         if len(floats) < k:
             return None     # fewer sensitive layers than asked: the same plan as a smaller k
     kept = tuple(n for n in site.nodes if n not in floats)
-    if not kept or (shares is not None and shares(numeric_params(params), kept, False) > 1):
+    # a fixed k whose estimate breaks the bound is left out; fit's set was checked by its runs
+    if not kept or (shares is not None and params[FLOAT_LAYERS] != FIT
+                    and shares(numeric_params(params), kept, False) > 1):
         return None
     return Site(kept, f"{site.label}, {k} float")

@@ -133,7 +133,7 @@ class Evaluator:
             c.accuracy_exact = False
             if self._worth_estimating(c, cost):
                 before = self.sensitivity.seconds
-                c.accuracy_loss = self.sensitivity.estimate(numeric_steps(c.steps))
+                c.accuracy_loss = self._estimated_loss(numeric_steps(c.steps))
                 self.timings["sensitivity_s"] += self.sensitivity.seconds - before
             else:
                 c.accuracy_loss = 0.0
@@ -142,6 +142,20 @@ class Evaluator:
             c.accuracy_loss += cost.added_loss
             c.accuracy_exact = c.accuracy_exact and not path.lossy
         return c
+
+    def _fit_key(self, params: dict, nodes) -> tuple:
+        # per engine: the estimate is meta-infer's form's for all, a run is of the engine's graph
+        return Sensitivity.variant("int8", params), params.get("engine"), frozenset(o for n in nodes for o in origins(n))
+
+    def _estimated_loss(self, steps: tuple[Step, ...]) -> float:
+        """A plan's loss by the sensitivities; a lone int8 step on a node set a fit measured has
+        that measure instead (the estimate it corrected may run several times off)."""
+        lossy = [s for s in steps if s.kind in self.lossy]
+        if len(lossy) == 1 and lossy[0].kind == "int8":
+            measured = self._fit_losses.get(self._fit_key(dict(lossy[0].params), lossy[0].site.nodes))
+            if measured is not None:
+                return measured
+        return self.sensitivity.estimate(steps)
 
     def _worth_estimating(self, c: Candidate, cost) -> bool:
         """Whether `c`'s accuracy estimate is worth what it costs now: always where its
@@ -245,8 +259,7 @@ class Evaluator:
         estimated = share_of(self.sensitivity.estimate((step,)), self.max_loss)
         if not exact or estimated > 1:
             return estimated
-        # per engine: the estimate is meta-infer's form's for both, a run is of the engine's graph
-        key = (Sensitivity.variant("int8", params), params.get("engine"), frozenset(o for n in nodes for o in origins(n)))
+        key = self._fit_key(params, nodes)
         if key not in self._fit_losses:
             t0 = time.perf_counter()
             origin_site = Site(tuple(sorted(key[2])), "fit")
