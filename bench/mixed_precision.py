@@ -65,10 +65,9 @@ def int8_plans(default: onnx.ModelProto, feeds, reference, form: str, info, max_
     sensitivity = Sensitivity(default, feeds, reference, ctx)
 
     def shares(params, nodes, exact):     # as the search's evaluator measures them (Evaluator.int8_share)
-        estimated = share_of(sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)),
-                             max_loss)
-        if not exact or estimated > 1:
-            return estimated
+        if not exact:
+            return share_of(sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),)),
+                            max_loss)
         peer = on_path(ACTIONS["int8"].apply(default, Site(nodes, ""), params, ctx), feeds, form)
         return share_of(plan_loss(reference, [peer.run(f) for f in feeds]), max_loss)
 

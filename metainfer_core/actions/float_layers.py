@@ -18,7 +18,7 @@ from typing import Callable
 from metainfer_core.actions.base import Site, Step, origins
 
 FLOAT_LAYERS = "float_layers"
-FIT = "fit"         # the fewest most sensitive layers that bring the estimated loss within the bound
+FIT = "fit"         # the float layers that bring the loss within the bound at the least cost (_fitted)
 FLOAT_LAYERS_DOMAIN = (0, 1, 2, 4, 8, FIT)
 RANKING_KEY = "int8.float_ranking"
 SHARES_KEY = "int8.float_shares"

@@ -252,13 +252,11 @@ class Evaluator:
 
     def int8_share(self, params: dict, nodes: tuple[str, ...], exact: bool) -> float:
         """The loss of int8 (`params`, without float_layers) on just these nodes as a share of the
-        bound: by the estimate, and (exact, where the estimate is within it) by a run of the
-        default graph so lowered on the validation inputs, on its execution path (remembered
-        per node set)."""
-        step = Step("int8", Site(nodes, "fit"), tuple(sorted(params.items())))
-        estimated = share_of(self.sensitivity.estimate((step,)), self.max_loss)
-        if not exact or estimated > 1:
-            return estimated
+        bound: by the estimate, or (exact) by a run of the default graph so lowered on the
+        validation inputs, on its execution path (remembered per node set)."""
+        if not exact:
+            step = Step("int8", Site(nodes, "fit"), tuple(sorted(params.items())))
+            return share_of(self.sensitivity.estimate((step,)), self.max_loss)
         key = self._fit_key(params, nodes)
         if key not in self._fit_losses:
             t0 = time.perf_counter()
