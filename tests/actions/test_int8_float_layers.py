@@ -156,7 +156,9 @@ def test_fit_keeps_the_fewest_most_sensitive_layers_that_bring_the_estimate_with
     assert not list(expand(m, int8_space("inputs_outputs", ["fit"]), info, cache=ctx.cache))
 
 
-def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
+def fit_setting(unet):
+    """The U-Net's ranked context, its int8 variant's sensitivity table, the estimate of int8 on
+    a node set, and the whole int8 site."""
     m, feeds, reference = unet
     info, ctx, sensitivity = ranked_context(m, feeds, reference)
     params = {k: v[0] for k, v in int8_space("inputs_outputs", [0])["int8"].items()}
@@ -166,6 +168,11 @@ def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
         return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),))
 
     (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
+    return m, info, ctx, table, estimate, whole
+
+
+def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
+    m, info, ctx, table, estimate, whole = fit_setting(unet)
     ranked = most_sensitive(whole.nodes, table, len(whole.nodes))
     first = ranked[0]
     # the most sensitive layer is by far the costliest to keep float, and the bound can be met
@@ -190,18 +197,11 @@ def test_fit_weighs_what_keeping_each_layer_float_costs(unet):
 @pytest.mark.parametrize("off", [1.5, 0.6])
 def test_fit_rescales_its_estimate_by_what_a_run_measured(unet, off):
     """off: what a run measures over what the estimate says (1.5: the estimates run low)."""
-    m, feeds, reference = unet
-    info, ctx, sensitivity = ranked_context(m, feeds, reference)
-    params = {k: v[0] for k, v in int8_space("inputs_outputs", [0])["int8"].items()}
-    table = sensitivity.table("int8", {k: v for k, v in params.items() if k != "float_layers"})
-
-    def estimate(nodes):
-        return sensitivity.estimate((Step("int8", Site(nodes, ""), tuple(sorted(params.items()))),))
+    m, info, ctx, table, estimate, whole = fit_setting(unet)
 
     def rest(floats):
         return tuple(n for n in whole.nodes if n not in floats)
 
-    (_, _, whole), = expand(m, int8_space("inputs_outputs", [0]), info, cache=ctx.cache)
     bound = 0.5 * estimate(whole.nodes)
     runs = []
 
