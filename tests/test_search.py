@@ -411,10 +411,11 @@ def test_a_slow_precision_does_not_price_an_execution_path_out_of_the_budget(mod
 
 @pytest.mark.alone
 def test_a_slow_calibrating_rewrite_does_not_price_plain_rewrites_out_of_the_budget(models, monkeypatch):
-    """NNCF's int8 calibrates (it runs the graph: seconds on a large model, 3 s more here). Once
+    """NNCF's int8 calibrates (it runs the graph: seconds on a large model, 5 s more here). Once
     its sensitivity and path cost are known (a first search), it measures nothing new, yet the
-    plain rewrites after it cost what they cost: a budget it has mostly used up still scores them
-    (priced at the slowest expansion so far, they were left out as too long)."""
+    plain rewrites after it cost what they cost, and so does ONNX Runtime's quantizer (it
+    calibrates too, in a fraction of NNCF's time): a budget NNCF has mostly used up still scores
+    them (priced at the slowest expansion so far, or at NNCF's, they were left out as too long)."""
     import time
 
     from metainfer_core.actions import nncf_engine
@@ -425,15 +426,15 @@ def test_a_slow_calibrating_rewrite_does_not_price_plain_rewrites_out_of_the_bud
     real = nncf_engine._quantize
 
     def slow(*args):
-        time.sleep(3.0)
+        time.sleep(5.0)
         return real(*args)
 
     monkeypatch.setattr(nncf_engine, "_quantize", slow)
     ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
                    paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss))
     plain = {"conv_merge": {}, "layout": {}, "fuse_chain": {"max_depth": [2, 4, 8], "span": ["epilogue"]}}
-    space = {"int8": {**INT8, "scope": ["compute"], "placement": ["inputs"], "float_layers": [0],
-                      "engine": ["nncf"]}, **plain}
+    space = {"int8": {**INT8, "scope": ["compute"], "placement": ["inputs", "inputs_outputs"], "float_layers": [0],
+                      "engine": ["nncf", "onnxruntime"]}, **plain}
 
     def search(space, budget_s):        # a fresh context: NNCF's result is not cached from before
         return beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=2,
@@ -442,9 +443,9 @@ def test_a_slow_calibrating_rewrite_does_not_price_plain_rewrites_out_of_the_bud
     search(space, 30.0)         # measures the sensitivity and the path cost of NNCF's graph
     alone = search(plain, 30.0)
     t0 = time.perf_counter()
-    res = search(space, 10.0)
-    assert res.timings["apply_by_action_s"]["int8"] >= 3.0
-    assert res.skipped == 0 and res.evaluated == alone.evaluated + 1, (res.failed, res.pruned, time.perf_counter() - t0)
+    res = search(space, 12.0)      # after NNCF, less is left than NNCF took
+    assert res.timings["apply_by_action_s"]["int8"] >= 5.0
+    assert res.skipped == 0 and res.evaluated == alone.evaluated + 2, (res.failed, res.pruned, time.perf_counter() - t0)
 
 
 @pytest.mark.alone

@@ -86,10 +86,11 @@ class Action(ABC):
         reuses the input's analysis for the output)."""
         return False
 
-    def calibrates(self, params: dict[str, Any]) -> bool:
-        """True when apply runs the graph (an outside quantizer calibrating on the inputs):
-        seconds on a large graph, so the search prices it apart from a rewrite."""
-        return False
+    def calibrates(self, params: dict[str, Any]) -> str | None:
+        """Who runs the graph in apply (an outside quantizer calibrating on the inputs), None
+        when nobody does: seconds on a large graph, so the search prices it apart from a
+        rewrite, and each quantizer apart from the others."""
+        return None
 
     def choices(self, domain_override: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:
         """Every parameter combination of the (possibly config-narrowed) search domain."""

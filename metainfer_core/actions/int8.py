@@ -60,7 +60,8 @@ class Int8(Action):
         return sorted(super().choices(domain_override), key=lambda p: domain.index(p[FLOAT_LAYERS]))
 
     def calibrates(self, params):
-        return self.with_defaults(params)["engine"] in (NNCF, ORT)
+        engine = self.with_defaults(params)["engine"]
+        return engine if engine in (NNCF, ORT) else None
 
     def narrow(self, site, params, cache):
         return narrowed(site, params, cache)

@@ -148,6 +148,12 @@ DIVE_SHARE = 0.5        # of the expansions' time, at most, for the dive to full
 MIN_GAIN = 0.01         # a predicted score this much lower (share) is a gain; less is within the predictor's resolution
 
 
+def _calibration(action, params: dict) -> str | None:
+    """The sort of an expansion whose rewrite calibrates: per quantizer."""
+    who = action.calibrates(params)
+    return f"{CALIBRATES}:{who}" if who else None
+
+
 def _gains(score: float, than: float) -> bool:
     return score < than - MIN_GAIN * abs(than)
 EXACT_SHARE = 0.2       # of the search's budget kept for the exact checks of the best lossy plans
@@ -229,8 +235,10 @@ class _Search:
 
     def _rewrite_s(self, action, params) -> float:
         """What the rewrite and scoring alone likely cost: an outside quantizer calibrates (it
-        runs the graph), a plain rewrite does not, and one must not price the other."""
-        return self.fresh_s[CALIBRATES] if action.calibrates(params) else self.warm_s
+        runs the graph), a plain rewrite does not, and one must not price the other; nor one
+        quantizer another (NNCF's apply took 17-21 s on a CRNN where ONNX Runtime's took 2)."""
+        sort = _calibration(action, params)
+        return self.fresh_s.get(sort, self.fresh_s[CALIBRATES]) if sort else self.warm_s
 
     # --- expanding --------------------------------------------------------------------------
     def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False):
@@ -310,9 +318,10 @@ class _Search:
             cand = self.made[memo] = (self._make(state, action, params, site, step) if narrowed is not None
                                       else None)
             spent = time.perf_counter() - t_start
-            if action.calibrates(params) and self.evaluator.measuring_s() == measured_before:
-                fresh = CALIBRATES
-            if fresh == CALIBRATES or self.evaluator.measuring_s() > measured_before:
+            calibrated = bool(action.calibrates(params)) and self.evaluator.measuring_s() == measured_before
+            if calibrated:
+                fresh = _calibration(action, params)
+            if calibrated or self.evaluator.measuring_s() > measured_before:
                 self.fresh_s[fresh] = max(self.fresh_s[fresh], spent) if fresh in self.fresh_seen else spent
                 self.fresh_seen.add(fresh)
             else:
