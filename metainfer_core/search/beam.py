@@ -156,6 +156,8 @@ def _calibration(action, params: dict) -> str | None:
 
 def _gains(score: float, than: float) -> bool:
     return score < than - MIN_GAIN * abs(than)
+
+
 EXACT_SHARE = 0.2       # of the search's budget kept for the exact checks of the best lossy plans
 
 
