@@ -103,6 +103,9 @@ def _fitted(site: Site, orders: list[list[str]], params: dict, shares: Shares,
     def cost(out) -> float:
         return sum(costs.get(o, 0.0) for n in out for o in origins(n))
 
+    def price(out) -> tuple[float, int]:       # the cheaper set, then the smaller
+        return cost(out), len(out)
+
     def shortest(order: list[str], within: float) -> int | None:
         """The length of the shortest prefix of `order` whose estimated share is `within`."""
         if share(order) > within:
@@ -122,7 +125,7 @@ def _fitted(site: Site, orders: list[list[str]], params: dict, shares: Shares,
     if share(()) <= 1 or share(orders[0]) > 1:
         return None
     tried = [(order, thinned(set(order[:shortest(order, 1.0)]))) for order in orders]
-    order, first = min(tried, key=lambda t: (cost(t[1]), len(t[1])))
+    order, first = min(tried, key=lambda t: price(t[1]))
     measured, estimated = share(first, True), share(first)
     fitting = [first] if measured <= 1 else []
     if fitting and measured > REPROBE_MARGIN:
@@ -141,12 +144,12 @@ def _fitted(site: Site, orders: list[list[str]], params: dict, shares: Shares,
             hi = k
         else:
             lo = k
-    return frozenset(min(fitting, key=lambda out: (cost(out), len(out)))) if fitting else None
+    return frozenset(min(fitting, key=price)) if fitting else None
 
 
 def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
-    """The site with its `float_layers` most sensitive nodes left out (FIT: as many as bring the
-    estimated loss within the bound); k = 0 as it is. None when k > 0 and no ranking is known,
+    """The site with its `float_layers` most sensitive nodes left out (FIT: the set `_fitted`
+    chooses); k = 0 as it is. None when k > 0 and no ranking is known,
     when nothing would be left to quantize, or when the search knows the plan's estimated loss
     breaks the bound (it would prune the plan after an apply that costs seconds on a large graph:
     the time goes to the choices that can fit instead)."""
