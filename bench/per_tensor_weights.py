@@ -6,7 +6,7 @@ differ by more than AUTO_SPREAD), timed side by side in one run with warm interl
 auto to per channel, the accuracy effect of each (1 - cosine similarity to fp32 on the
 calibration inputs), and how many weights auto kept per channel.
 
-    python bench/per_tensor_weights.py [--rounds N] [--models a b ...]
+    python -m bench.per_tensor_weights [--rounds N] [--models a b ...]
 """
 from __future__ import annotations
 

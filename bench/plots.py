@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from metainfer_core.plan_plots import STYLE, loss_axis  # noqa: E402
-from peers import NAMES  # noqa: E402
+from bench.peers import NAMES  # noqa: E402
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -6,7 +6,7 @@ whole-model latency, the share of plans within +-10 %, mean Spearman over each m
 candidate plans, the same for the default plans alone, kernel-level MAPE on the left-out
 micro-benchmarks, and the seconds spent; then per model.
 
-    python bench/predictor.py [targets...] [--artifacts DIR] [--retest]   (default: all five, a temp folder)
+    python -m bench.predictor [targets...] [--artifacts DIR] [--retest]   (default: all five, a temp folder)
 
 --retest: on a measured target, time every zoo plan again after the build and compare with
 the stored runs: how far the labels themselves move (the noise floor no predictor can beat),

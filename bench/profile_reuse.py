@@ -2,7 +2,7 @@
 `flows/adapt.py` twice into a fresh artifacts folder and prints both runs' profile times
 (from plan.json) and their ratio.
 
-    python bench/profile_reuse.py [target=cpu] [model=resnet_tiny]
+    python -m bench.profile_reuse [target=cpu] [model=resnet_tiny]
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from peers import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS
+from bench.peers import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -301,7 +301,7 @@ def markdown(results: dict) -> str:
     lines += ["## Adapted vs default on `cpu`", "",
               "From each run's plan.json (`baseline` = default plan, `measured` = chosen plan, timed interleaved in "
               "the same verify); source: the zoo (random inputs, as adapt draws them), PP-OCR from rapidocr's "
-              "installed files (random inputs) or the corpus of real models (tests/corpus.py, with its real inputs "
+              "installed files (random inputs) or the corpus of real models (bench/corpus.py, with its real inputs "
               "as `data.inputs`); exit: adapt's exit code; adapt s: its wall time, stage seconds: plan.json "
               "`timings`; `mlflow` says whether the MLflow run holds the same figures. A model whose adapt failed "
               "or timed out says so; its error paragraph is under *Failures*.", ""]

@@ -3,7 +3,7 @@ zoo models into an empty library, a re-profile with no drift (quick check only),
 re-profile under a new fingerprint version: a simulated firmware change that slows two op types
 by 30 % on a modeled target, two intra-op threads instead of one on `cpu`.
 
-    python bench/reprofile_cost.py [target]      (default: cpu; modeled targets drift by firmware)
+    python -m bench.reprofile_cost [target]      (default: cpu; modeled targets drift by firmware)
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Search time against graph size: beam search (beam 8, depth 6 by default, the default action
 space) on generated residual CNNs of about 100, 300 and 1000 nodes, on a modeled target.
 
-    python bench/search_scaling.py [--target gpu] [--nodes 100 300 1000] [--beam 8] [--depth 6] [--budget 30]
+    python -m bench.search_scaling [--target gpu] [--nodes 100 300 1000] [--beam 8] [--depth 6] [--budget 30]
 
 Each model is profiled on the target and a predictor trained first (not timed); the search
 time printed is beam_search's own wall time, with where it went. Prints one row per model, then
@@ -19,19 +19,18 @@ import numpy as np
 import onnx
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from metainfer_core.accuracy import run_cpu
+from metainfer_core.actions import ACTIONS, ActionContext
+from metainfer_core.backends import create_backend
+from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.fingerprint.profiler import profile
+from metainfer_core.normalize import normalize
+from metainfer_core.predictor import CostModel
+from metainfer_core.search import Evaluator, Weights, beam_search
+from metainfer_core.tensors import random_feeds
+from metainfer_core.zoo._builder import GraphBuilder
 
-from metainfer_core.accuracy import run_cpu  # noqa: E402
-from metainfer_core.actions import ACTIONS, ActionContext  # noqa: E402
-from metainfer_core.backends import create_backend  # noqa: E402
-from metainfer_core.fingerprint import FingerprintLibrary  # noqa: E402
-from metainfer_core.fingerprint.profiler import profile  # noqa: E402
-from metainfer_core.normalize import normalize  # noqa: E402
-from metainfer_core.predictor import CostModel  # noqa: E402
-from metainfer_core.search import Evaluator, Weights, beam_search  # noqa: E402
-from metainfer_core.tensors import random_feeds  # noqa: E402
-from metainfer_core.zoo._builder import GraphBuilder  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def residual_cnn(n_nodes: int, channels: int = 16, size: int = 16, seed: int = 0) -> onnx.ModelProto:

@@ -1,9 +1,9 @@
 """The whole benchmark suite in one command (issue 9, issue 21):
 
-    make bench                      # = .venv/bin/python bench/suite.py
-    python bench/suite.py --quick   # a few models, quick search, fewer side benchmarks (iterations)
+    make bench                      # = .venv/bin/python -m bench.suite
+    python -m bench.suite --quick   # a few models, quick search, fewer side benchmarks (iterations)
 
-Per model on `cpu` (bench/modelset.py: the zoo, then the corpus of real models of tests/corpus.py
+Per model on `cpu` (bench/modelset.py: the zoo, then the corpus of real models of bench/corpus.py
 with their real inputs as data.inputs, the three PP-OCR models among them, each key once):
 flows/adapt.py run as a user runs it, with the defaults (weights=balanced; the headline), then
 again with weights=latency (its plan.json and MLflow run are the figures' source; a failed or
@@ -31,21 +31,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import onnxruntime as ort
+from mlflow.tracking import MlflowClient
+
+from bench import mlflow_compare, modelset, plots, report, roofline, search_scaling
+from bench.predictor import run_target
+from bench.reprofile_cost import backend as target_backend
+from bench.reprofile_cost import measure as reprofile_measure
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-
-import onnxruntime as ort  # noqa: E402
-from mlflow.tracking import MlflowClient  # noqa: E402
-
-import mlflow_compare  # noqa: E402
-import modelset  # noqa: E402
-import plots  # noqa: E402
-import report  # noqa: E402
-import roofline  # noqa: E402
-import search_scaling  # noqa: E402
-from predictor import run_target  # noqa: E402  (bench/predictor.py)
-from reprofile_cost import backend as target_backend  # noqa: E402
-from reprofile_cost import measure as reprofile_measure  # noqa: E402
 
 QUICK_MODELS = ["resnet_tiny", "mlp", "ppocr_cls", "silero_vad"]   # the last two: corpus models, real inputs
 SECTIONS = ("compare", "corpus", "predictor", "scaling", "reprofile")
@@ -65,7 +59,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help=f"models {QUICK_MODELS}, search=quick, no predictor validation, small search scaling, "
                          "re-profiling on a modeled target only")
     ap.add_argument("--models", nargs="+",
-                    help="model keys to run: zoo names and corpus keys (tests/corpus.py: ppocr_det, ppocr_cls, "
+                    help="model keys to run: zoo names and corpus keys (bench/corpus.py: ppocr_det, ppocr_cls, "
                          "ppocr_rec, silero_vad, ...)")
     ap.add_argument("--skip", nargs="+", default=[], choices=SECTIONS,
                     help="sections to leave out: compare (the peers), corpus (the corpus models; PP-OCR then runs "
@@ -213,7 +207,7 @@ def side_benchmarks(a, results: dict) -> None:
 def main(argv: list[str]) -> int:
     a = parse(argv)
     logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."
-    command = "python bench/suite.py " + " ".join(argv) if argv else "make bench"
+    command = "python -m bench.suite " + " ".join(argv) if argv else "make bench"
     if a.fresh and a.store.exists():
         shutil.rmtree(a.store)
     a.out.mkdir(parents=True, exist_ok=True)

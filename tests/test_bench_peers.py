@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import onnx
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
-
-import ort_baselines  # noqa: E402
-import peers  # noqa: E402
-from metainfer_core import zoo  # noqa: E402
-from metainfer_core.accuracy import run_cpu  # noqa: E402
-from metainfer_core.tensors import random_feeds  # noqa: E402
+from bench import ort_baselines, peers
+from metainfer_core import zoo
+from metainfer_core.accuracy import run_cpu
+from metainfer_core.tensors import random_feeds
 
 
 @pytest.fixture(scope="module")

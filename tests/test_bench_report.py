@@ -4,7 +4,6 @@ Pareto front and the plots."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +12,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
+from bench import plots, report, roofline
 
-import plots  # noqa: E402
-import report  # noqa: E402
-import roofline  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def matmul_model(m: int, k: int, n: int) -> onnx.ModelProto:

