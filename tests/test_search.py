@@ -363,21 +363,42 @@ def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monke
     assert res.search_s < 6.0 + 3.0         # the exact checks of the best few come after
 
 
-def test_the_dive_stops_where_no_child_gains(models):
-    """Tiling only adds kernels here: no child of the default is predicted to gain, so the dive
-    ends at its first level (following the least bad child would spend its share on plans no
-    better than their state), says so, and the widening starts from the root at once."""
-    m, feeds, reference = models["resnet_tiny"]
+def test_past_a_level_where_no_child_gains_the_dive_coasts_to_full_depth(models):
+    """Tiling only adds kernels here: no child of the default is predicted to gain. The dive still
+    goes to the configured depth (combinations get scored), says where gains stopped, and the
+    widening then starts from the root."""
+    m, feeds, reference = models["mobilenet_v2_tiny"]
     be = backend("gpu")
     ev = Evaluator(LaunchBound(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
     levels = []
     res = beam_search(m, {"tiling": {"tiles": [2, 4], "axis": ["height"]}}, ev,
                       ActionContext(target=be.info, calibration_feeds=feeds), beam_width=2, depth=3, top_k=3,
                       time_budget_s=60, progress=lambda lvl, n, best: levels.append(lvl))
-    assert res.dive_stalled_at == 1 and levels[0] == 1 and levels[1] == 1      # the widening starts at once
-    assert res.levels == max(levels) and not res.top
-    assert "the dive stopped at depth 1" in search_text({"levels": res.levels, "depth": res.depth, "evaluated": 1,
-                                                         "dive_stalled_at": res.dive_stalled_at})
+    assert res.dive_stalled_at == 1 and levels[:4] == [1, 2, 3, 1]      # the dive, then the widening
+    assert res.levels == res.depth == 3 and not res.top
+    assert "past depth 1 no step was predicted to gain" in search_text(
+        {"levels": res.levels, "depth": res.depth, "evaluated": 1, "dive_stalled_at": res.dive_stalled_at})
+
+
+def test_a_coasting_dive_takes_only_steps_that_measure_nothing_new(models):
+    """What a coasting dive may take: a tiling (a rewrite scored on measured tables), not a
+    precision whose sensitivity is unmeasured, an outside quantizer (it calibrates) or int8's
+    float layers fitted by runs."""
+    from metainfer_core.search.beam import _Search
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    default = Candidate(m)
+    ev.set_baseline(default)
+    run = _Search(default, ev, {}, ActionContext(target=be.info, calibration_feeds=feeds), 3, 3, 4, 0.0, 60)
+    int8 = ACTIONS["int8"].with_defaults({})
+    assert run.warm(default, ACTIONS["tiling"], ACTIONS["tiling"].with_defaults({}))
+    assert not run.warm(default, ACTIONS["fp16"], ACTIONS["fp16"].with_defaults({}))
+    ev.sensitivity.table("int8", int8)          # int8's own form measured: now warm
+    assert run.warm(default, ACTIONS["int8"], int8)
+    assert not run.warm(default, ACTIONS["int8"], {**int8, "engine": "onnxruntime"})
+    assert not run.warm(default, ACTIONS["int8"], {**int8, "float_layers": "fit"})
 
 
 @pytest.mark.alone

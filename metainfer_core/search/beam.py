@@ -20,7 +20,7 @@ import onnx
 
 from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
-from metainfer_core.actions.float_layers import FLOAT_LAYERS
+from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS
 from metainfer_core.actions.nncf_engine import NNCF
 from metainfer_core.actions.ort_engine import ORT
 from metainfer_core.search.candidate import Candidate
@@ -37,8 +37,9 @@ def depth_reasons(levels: int, depth: int, stopped_by_budget: bool, dive_stalled
            # it had time left, yet stopped short of its configured depth
            ["the action space ends there: no deeper plan is legal or new"] if levels < depth and not stopped_by_budget
            else [])
-    if dive_stalled_at:     # the widening went on from the root
-        why.append(f"the dive stopped at depth {dive_stalled_at}: no deeper step was predicted to gain")
+    if dive_stalled_at:
+        why.append(f"past depth {dive_stalled_at} no step was predicted to gain: the dive went on with "
+                   "steps that measure nothing new")
     return f" ({'; '.join(why)})" if why else ""
 
 
@@ -105,8 +106,9 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     # the dive: one state per level, its children scored cheapest-first within the level's slice
     state, dive_end = default, t0 + DIVE_SHARE * (run.deadline - t0)
     for level in range(1, depth + 1):
+        coasting = bool(run.result.dive_stalled_at)
         frontier, stepping = run.expand([state], level, until=run.slice_end(dive_end, depth - level + 1),
-                                        defer_directives=level < depth)
+                                        defer_directives=level < depth, warm_only=coasting)
         pool = _best(pool, frontier, run.keep)
         if not frontier and not stepping:
             break
@@ -114,11 +116,11 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         nxt = run.ranked([c for c in frontier + stepping if level == depth or not _ends_in_directive(c)])
         if not nxt or run.out_of_time():
             break
-        if level < depth and not _gains(run.rank(nxt[0]), run.rank(state)):
-            # no child is predicted to gain: following the least bad one (a neutral tiling, say)
-            # would spend the dive on plans no better than their state; the widening gets the time
+        if level < depth and not coasting and not _gains(run.rank(nxt[0]), run.rank(state)):
+            # no child is predicted to gain: the dive still goes to full depth (combinations get
+            # scored: the predictor's resolution is coarser than a step's effect), but coasting,
+            # on steps that measure nothing new, so the widening keeps the time for what does
             run.result.dive_stalled_at = level
-            break
         state = nxt[0]
     # the widening: the beam from the root over the whole budget, the dive's children re-used
     beam = [default]
@@ -235,6 +237,12 @@ class _Search:
         fresh = self.evaluator.measures_anew(state, action, params)
         return time.perf_counter() + self._rewrite_s(action, params) + (self.fresh_s[fresh] if fresh else 0.0) <= until
 
+    def warm(self, state: Candidate, action, params: dict) -> bool:
+        """Whether the expansion re-uses every measurement: no new precision or path, no
+        quantizer calibrating, no float layers fitted by runs."""
+        return not (self.evaluator.measures_anew(state, action, params) or action.calibrates(params)
+                    or params.get(FLOAT_LAYERS) == FIT)
+
     def _rewrite_s(self, action, params) -> float:
         """What the rewrite and scoring alone likely cost: an outside quantizer calibrates (it
         runs the graph), a plain rewrite does not, and one must not price the other; nor one
@@ -243,15 +251,19 @@ class _Search:
         return self.fresh_s.get(sort, self.fresh_s[CALIBRATES]) if sort else self.warm_s
 
     # --- expanding --------------------------------------------------------------------------
-    def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False):
+    def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False,
+               warm_only: bool = False):
         """Score the states' children cheapest-first (in_budget_order) while they fit by `until`
-        (the level's first while it fits the budget); returns (children within the bounds,
-        children over the memory limit: expanded, never returned)."""
+        (the level's first while it fits the budget); warm_only: only those that measure nothing
+        new (warm). Returns (children within the bounds, children over the memory limit:
+        expanded, never returned)."""
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []
         for state in states:
             t_exp = time.perf_counter()
             todo = in_budget_order(expansions(state, self.space, self.ctx, self.result))
+            if warm_only:
+                todo = [t for t in todo if self.warm(state, *t[:2])]
             if defer_directives:
                 # the dive: what re-uses every measurement first (it fits a level's slice), a
                 # directive last (it ends the dive's growth), else cheapest-first as ever
