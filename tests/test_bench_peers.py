@@ -8,7 +8,7 @@ import math
 import onnx
 import pytest
 
-from bench import ort_baselines, peers
+from bench import labels, ort_baselines, peers
 from metainfer_core import zoo
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.tensors import random_feeds
@@ -30,7 +30,7 @@ def test_every_peer_is_timed_or_says_why(mlp):
     feeds = [random_feeds(mlp, seed=i) for i in range(2)]
     build = peers.builders(mlp, feeds) | {"meta_infer": lambda: peers.PlanPeer(plan=mlp)}
     out = peers.measure(build, feeds, run_cpu(mlp, feeds), rounds=3, warmup=1, min_timed_s=0)
-    assert list(out) == [*peers.PEERS, "meta_infer"]
+    assert list(out) == [*labels.PEERS, "meta_infer"]
     assert all(_done(r) for r in out.values()), out
     for label in ("ort_default", "ov_f32", "meta_infer"):          # fp32 paths: these must run
         assert out[label]["error"] is None and len(out[label]["samples_ms"]) == 3, out[label]
@@ -115,7 +115,7 @@ def test_accuracy_aware_int8_reverts_layers_to_meet_a_tight_bound(mlp):
     loose = peers.nncf_accuracy_aware(peers.ov_read(mlp, feeds[0]), feeds, reference, max_loss=1.0)
     tight = peers.nncf_accuracy_aware(peers.ov_read(mlp, feeds[0]), feeds, reference, max_loss=1e-9)
     assert _fake_quantizers(tight) < _fake_quantizers(loose)
-    assert _fake_quantizers(loose) - _fake_quantizers(tight) <= 2 * peers.AAC_ITERATIONS   # the cap holds
+    assert _fake_quantizers(loose) - _fake_quantizers(tight) <= 2 * labels.AAC_ITERATIONS   # the cap holds
 
     def loss(model):
         p = peers.OpenVinoPeer(model, "f32")
