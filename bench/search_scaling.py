@@ -1,7 +1,8 @@
-"""Search time against graph size: beam search (beam 8, depth 6 by default, the default action
-space) on generated residual CNNs of about 100, 300 and 1000 nodes, on a modeled target.
+"""Search time against graph size: beam search (the default search's beam and depth, from
+conf/search/default.yaml, and the default action space) on generated residual CNNs of about 100,
+300 and 1000 nodes, on a modeled target.
 
-    python -m bench.search_scaling [--target gpu] [--nodes 100 300 1000] [--beam 8] [--depth 6] [--budget 30]
+    python -m bench.search_scaling [--target gpu] [--nodes 100 300 1000] [--beam N] [--depth N] [--budget 30]
 
 Each model is profiled on the target and a predictor trained first (not timed); the search
 time printed is beam_search's own wall time, with where it went. Prints one row per model, then
@@ -55,6 +56,10 @@ def target_backend(name: str):
     return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
 
 
+def search_defaults() -> dict:
+    return yaml.safe_load((ROOT / "conf" / "search" / "default.yaml").read_text())
+
+
 def space() -> dict:
     cfg = yaml.safe_load((ROOT / "conf" / "action_space" / "default.yaml").read_text())
     return {k: dict(v or {}) for k, v in cfg["actions"].items()}
@@ -95,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="gpu", choices=["gpu", "npu", "fpga", "asic"])
     ap.add_argument("--nodes", type=int, nargs="+", default=[100, 300, 1000])
-    ap.add_argument("--beam", type=int, default=8)
-    ap.add_argument("--depth", type=int, default=6)
+    defaults = search_defaults()       # what a user's search runs with
+    ap.add_argument("--beam", type=int, default=defaults["beam_width"])
+    ap.add_argument("--depth", type=int, default=defaults["depth"])
     ap.add_argument("--budget", type=float, default=GOAL_S, help="the search's time budget (s)")
     ap.add_argument("--verbose", action="store_true", help="also print where the apply time went")
     a = ap.parse_args(argv)

@@ -184,8 +184,10 @@ def side_benchmarks(a, results: dict) -> None:
             results["predictor"] = {"error": f"{type(exc).__name__}: {exc}"}
             say(f"  predictor: FAILED: {exc}")
     if "scaling" not in a.skip:
-        # the full run uses adapt's default search (conf/search/default.yaml: beam 4, depth 4)
-        nodes, beam, depth = ([100, 300], 2, 2) if a.quick else ([100, 300, 1000], 4, 4)
+        # the full run uses adapt's default search (conf/search/default.yaml)
+        defaults = search_scaling.search_defaults()
+        nodes, beam, depth = ([100, 300], 2, 2) if a.quick else ([100, 300, 1000], defaults["beam_width"],
+                                                                   defaults["depth"])
         rows = []
         with tempfile.TemporaryDirectory(prefix="metainfer-bench-scaling-") as tmp:
             for n in nodes:
