@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from bench import adapt_cpu, modelset, peers
+from bench import modelset, peers
+from bench.adapt_run import adapt
 from bench.ort_baselines import adapt_feeds, real_feeds
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand
@@ -143,7 +144,7 @@ def bench_one(entry, args, info, store: Path) -> dict:
     folder = None
     if not args.skip_adapt:
         t0 = time.perf_counter()
-        r = adapt_cpu.adapt([*entry.args, f"paths.artifacts={store}"], timeout=args.timeout)
+        r = adapt([*entry.args, f"paths.artifacts={store}"], timeout=args.timeout)
         row["adapt"] = {"rc": r["rc"], "wall_s": round(r["wall_s"], 1), "error": r["error"]}
         if r["plan"] is not None:
             folder = Path(r["plan_path"]).parent

@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-from bench.adapt_cpu import run_adapt
+from bench.adapt_run import run_adapt
 
 QUICK = ["search=quick", "profile.reps=3", "profile.warmup=0", "profile.batch_gradient=[1]", "verify.runs=5"]
 WEIGHTS = ("latency", "accuracy")       # two runs per target: two plans each target's rows can show

