@@ -522,6 +522,38 @@ INT8_FAST, INT8_SLOW = {"int8": 0.3, "uint8": 0.3}, {"int8": 10.0, "uint8": 10.0
 ONE_INT8 = {**INT8, "scope": ["compute"], "placement": ["inputs_outputs"]}
 
 
+@pytest.mark.alone
+def test_a_lossy_familys_first_graph_timed_on_the_default_path_anchors_the_family(models):
+    """int8 kernels predicted 10x slow. Binding the first int8 graph to OpenVINO times it on the
+    default path too (the path ratio's base): that anchors the int8 family, the graph scored
+    before it was timed included, so each int8 plan, bound or not, is predicted within 2x of
+    what it measures (10x off without)."""
+    from metainfer_core.search.anchor import measured_default_ms
+    from metainfer_core.search.path_costs import PathCosts
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(_Priced(**INT8_SLOW), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
+                   paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss),
+                   anchor_ms=measured_default_ms(be, m, feeds[0]))
+    scored, real = [], Evaluator.evaluate
+
+    def keep(self, c, parent=None):
+        scored.append(c)
+        return real(self, c, parent)
+
+    space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Evaluator, "evaluate", keep)
+        beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=1,
+                    top_k=3, time_budget_s=120)
+    int8 = [c for c in scored if c.steps and c.steps[0].kind == "int8"]
+    assert len(int8) == 2 and list(ev.family_anchors) == [("int8", ())], (ev.family_anchors, [c.steps for c in int8])
+    for c in int8:
+        measured = measured_default_ms(be, c.model, feeds[0])     # on its own path
+        assert 0.5 < c.latency_ms / measured < 2.0, (c.steps, c.latency_ms, measured)
+
+
 def test_a_precision_that_cannot_beat_the_default_is_scored_without_measuring_its_sensitivity(models):
     """fp16 predicted 10x slower: even at zero loss it ranks below the default, so its per-node
     sensitivity (traced runs of the whole graph) is never measured; int8, which can pay, gets

@@ -4,7 +4,8 @@ times), and the accuracy loss the path adds. The predictor learns kernels on the
 a bound candidate's latency is its graph's prediction times this ratio.
 
 Measured once per (path, graph class): plain float graphs, int8 graphs (ONNX Runtime's QDQ form
-and OpenVINO's inputs-only form apart, each as written by meta-infer or by an outside quantizer) and
+and OpenVINO's inputs-only form apart, each as written by meta-infer or by an outside quantizer;
+dynamically quantized ones apart) and
 graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ
 graphs as int8, its precision hint applies to the float parts), so each class gets its own
 ratio (OpenVINO's int8 form one per set of quantized op types); the first graph of a class the
@@ -37,10 +38,13 @@ class PathCost:
     added_loss: float = 0.0
     error: str | None = None
     seconds: float = 0.0
+    plain_ms: float = float("nan")     # the graph's own latency on the default path (the ratio's base)
 
 
 def graph_class(model: onnx.ModelProto) -> str:
-    if has_op(model, "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger"):
+    if has_op(model, "DynamicQuantizeLinear"):     # int8_dynamic: integer kernels, activations quantized per run
+        return "int8-dynamic"
+    if has_op(model, "QuantizeLinear", "DequantizeLinear", "MatMulInteger"):
         return "int8" if _outputs_quantized(model) else "int8-inputs"
     half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     if any(i.data_type in half for i in model.graph.initializer) or any(
@@ -104,13 +108,18 @@ class PathCosts:
         return [c.run(f) for f in self.feeds]
 
     @staticmethod
-    def _key(path: ExecutionPath, model: onnx.ModelProto) -> tuple:
+    def family(model: onnx.ModelProto) -> tuple[str, tuple[str, ...]]:
+        """The graph's class, as the paths are measured per class."""
         kind = graph_class(model)
         # an outside quantizer's graph (NNCF's, ONNX Runtime's) runs otherwise than meta-infer's
         # of the same form (other Q/DQ placement)
         engine = model_meta(model, INT8_ENGINE_KEY) if kind.startswith("int8") else None
         kind += f"-{engine}" if engine else ""
-        return path, kind, quantized_ops(model) if kind.startswith("int8-inputs") else ()
+        return kind, quantized_ops(model) if kind.startswith("int8-inputs") else ()
+
+    @classmethod
+    def _key(cls, path: ExecutionPath, model: onnx.ModelProto) -> tuple:
+        return (path, *cls.family(model))
 
     def knows(self, path: ExecutionPath, model: onnx.ModelProto) -> bool:
         """Whether binding `model` (its graph) to `path` is already measured."""
@@ -140,7 +149,7 @@ class PathCosts:
         spent = time.perf_counter() - t0
         self.seconds += spent
         ratio = float(np.median(np.asarray(there) / np.maximum(np.asarray(base), 1e-9)))
-        return PathCost(ratio, max(0.0, float(added)), None, spent)
+        return PathCost(ratio, max(0.0, float(added)), None, spent, float(np.median(base)))
 
     def _on_default_path(self, model: onnx.ModelProto) -> tuple:
         """The graph compiled on the default path, its loss on the validation inputs and its ms
