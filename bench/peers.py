@@ -5,7 +5,8 @@ reference with `plan_loss` and times them together with verify's method (interle
 each starting at the next peer, `settle` warm runs before each timed one, median).
 
 Peers (label: what it is):
-    ort_default   ONNX Runtime, CPUExecutionProvider, 1 intra-op thread, ORT_ENABLE_ALL
+    ort_default   ONNX Runtime as the `cpu` target's backend compiles it (CPUExecutionProvider,
+                  1 intra-op thread, ORT_ENABLE_ALL); the ORT peers below run the same way
     ort_static    ORT quantize_static: QDQ, QUInt8 activations / QInt8 weights, per_channel=True,
                   calibrated on the same inputs
     ort_dynamic   ORT quantize_dynamic (defaults)
@@ -31,6 +32,7 @@ peers alone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import io
@@ -43,13 +45,16 @@ from typing import Callable, Protocol
 import numpy as np
 import onnx
 import onnxruntime as ort
+import yaml
 
 from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, PEERS
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
 from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
+from metainfer_core.backends.ort_backend import OrtBackend
 from metainfer_core.timing import SETTLE, interleaved
 
+CPU_TARGET = Path(__file__).resolve().parent.parent / "conf" / "target" / "cpu.yaml"
 OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
 
 Feeds = dict[str, np.ndarray]
@@ -84,28 +89,27 @@ def precision_of(model: onnx.ModelProto) -> str:
 
 # --- ONNX Runtime ---------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
+def cpu_backend() -> OrtBackend:
+    """The `cpu` target's default path (conf/target/cpu.yaml: ONNX Runtime, CPUExecutionProvider,
+    1 intra-op thread, ORT_ENABLE_ALL): the backend verify compiles an unbound plan on."""
+    spec = yaml.safe_load(CPU_TARGET.read_text())["spec"]
+    return OrtBackend(name="cpu", measurement="measured", spec=spec)
+
+
 class OrtPeer:
-    """One ONNX Runtime CPU session: 1 intra-op thread (inter-op 1), ORT_ENABLE_ALL, the `cpu`
-    target's settings (conf/target/cpu.yaml)."""
+    """A graph compiled and timed by the `cpu` target's ONNX Runtime backend (cpu_backend)."""
 
     def __init__(self, model: onnx.ModelProto, precision: str | None = None):
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3
-        t0 = time.perf_counter()
-        self.session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        self.compile_s = time.perf_counter() - t0
+        self.compiled = cpu_backend().compile(model)
+        self.compile_s = self.compiled.compile_s
         self.path = {"runtime": f"onnxruntime-{ort.__version__}", "precision": precision or precision_of(model)}
 
     def run(self, feeds: Feeds) -> list[np.ndarray]:
-        return self.session.run(None, feeds)
+        return self.compiled.run(feeds)
 
     def time_once(self, feeds: Feeds) -> float:
-        t0 = time.perf_counter()
-        self.session.run(None, feeds)
-        return (time.perf_counter() - t0) * 1e3
+        return self.compiled.time_once(feeds)
 
 
 def ort_quantized(default: onnx.ModelProto, feeds: list[Feeds] | None) -> onnx.ModelProto:
