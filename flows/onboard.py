@@ -17,10 +17,10 @@ from prefect import flow  # noqa: E402
 
 from metainfer_core import onboard  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
-from metainfer_core.settings import validate_settings  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.onboard_tasks import (capabilities_task, concurrency_task, execution_paths_task, microbench_task,  # noqa: E402
                                  minimal_model_task, versions_task, zoo_models_task)
+from tasks.settings import validate_settings  # noqa: E402
 from tasks.tracking import record_report  # noqa: E402
 
 

@@ -23,16 +23,16 @@ from prefect import flow  # noqa: E402
 from metainfer_core import zoo  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from metainfer_core.predictor.lifecycle.store import PredictorStore  # noqa: E402
-from metainfer_core.settings import Settings, validate_settings  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.compose import zoo_input_shapes  # noqa: E402
+from tasks.settings import RunSettings, validate_settings  # noqa: E402
 from tasks.tracking import record_report  # noqa: E402
 from tasks.train_tasks import (build_training_set_task, fine_tune_task, predictor_folder,  # noqa: E402
                                train_offline_task)
 from metainfer_core.backends import backend_for  # noqa: E402
 
 
-def zoo_shapes(s: Settings) -> dict[str, dict[str, list[int]]]:
+def zoo_shapes(s: RunSettings) -> dict[str, dict[str, list[int]]]:
     """Each zoo model's deployment shapes from conf/model/<name>.yaml (composed here, in the
     main thread: Hydra's compose is not thread-safe)."""
     names = s.predictor.zoo or zoo.names()

@@ -1,6 +1,8 @@
-"""Validated run settings. The flow layer composes Hydra YAML into a plain dict; this module
-turns it into typed settings and rejects bad values with one readable paragraph, before any
-work is done. Nothing here imports Hydra: tests and other callers can build settings by hand."""
+"""Typed settings of what the stages read (model, target, weights, accuracy, search, profile,
+verify, data, budget, the fingerprint library, the predictor, re-profiling), each value checked
+before any work is done. The orchestration layer extends them with its own (tasks/settings.py)
+and validates the composed configuration there. Tests and other callers can build settings by
+hand."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,11 +15,11 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.model_name import default_model_name
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class ModelSettings(_Strict):
+class ModelSettings(Strict):
     name: str | None = None
     source: Literal["zoo", "file"]
     path: str | None = None
@@ -46,7 +48,7 @@ class ModelSettings(_Strict):
 BUILT_IN_BACKENDS = "metainfer_core.backends."     # `_target_` classes that need no trust_config_code
 
 
-class TargetSettings(_Strict):
+class TargetSettings(Strict):
     name: str
     backend: str = Field(alias="_target_")
     measurement: Literal["measured", "modeled"]
@@ -70,7 +72,7 @@ class TargetSettings(_Strict):
         return self
 
 
-class WeightSettings(_Strict):
+class WeightSettings(Strict):
     name: str
     latency: float = Field(ge=0)
     memory: float = Field(ge=0)
@@ -85,7 +87,7 @@ class WeightSettings(_Strict):
         return self
 
 
-class AccuracySettings(_Strict):
+class AccuracySettings(Strict):
     max_loss: float = Field(ge=0, le=1, allow_inf_nan=False)
     metric: str = "cosine"
 
@@ -99,7 +101,7 @@ class AccuracySettings(_Strict):
         return metric      # user code is imported only under trust_config_code (Settings._config_code)
 
 
-class SearchSettings(_Strict):
+class SearchSettings(Strict):
     name: str
     beam_width: int = Field(ge=1, le=64)
     depth: int = Field(ge=1, le=32)
@@ -110,7 +112,7 @@ class SearchSettings(_Strict):
     explore: int = Field(default=5, ge=0, le=16)         # extra verified plans: best of each untried precision/path
 
 
-class ActionSpaceSettings(_Strict):
+class ActionSpaceSettings(Strict):
     name: str
     actions: dict[str, dict[str, Any]]
 
@@ -131,21 +133,19 @@ class ActionSpaceSettings(_Strict):
         return {name: dict(domain) for name, domain in self.actions.items()}
 
 
-class TrackingSettings(_Strict):
+class TrackingSettings(Strict):
+    """conf/tracking/: the stores; the stages read only the fingerprint library's."""
     name: str
-    mlflow_uri: str
     fingerprint_db: str
-    prefect_home: str
-    experiment: str
 
 
-class ProfileSettings(_Strict):
+class ProfileSettings(Strict):
     reps: int = Field(ge=3)
     warmup: int = Field(ge=0)
     batch_gradient: list[int] = Field(min_length=1)
 
 
-class BudgetSettings(_Strict):
+class BudgetSettings(Strict):
     total_s: float = Field(default=160.0, gt=0)
     shares: dict[str, float] = Field(default_factory=lambda: {"normalize": 0.05, "profile": 0.3, "train": 0.05,
                                                               "search": 0.3, "verify": 0.25, "rollback": 0.05})
@@ -163,14 +163,14 @@ class BudgetSettings(_Strict):
         return Budget.of(self.total_s, self.shares, started)
 
 
-class VerifySettings(_Strict):
+class VerifySettings(Strict):
     runs: int = Field(ge=3)
     warmup: int = Field(ge=0)
     samples: int = Field(ge=1)
     repair_budget: int = Field(default=8, ge=0)   # accuracy-guard re-evaluations per candidate
 
 
-class DataSettings(_Strict):
+class DataSettings(Strict):
     inputs: str | None = None
     labels_key: str = "labels"      # array in the .npz holding one label per sample, if any
 
@@ -188,26 +188,14 @@ class DataSettings(_Strict):
         return path
 
 
-class ReprofileSettings(_Strict):
+class ReprofileSettings(Strict):
     threshold: float = Field(default=0.1, gt=0, lt=10)   # relative change of a typical kernel that counts as drift
-    cron: str = "0 2 * * *"                             # nightly schedule of `flows/reprofile.py --serve`
-    targets: list[str] = Field(default_factory=lambda: ["cpu", "gpu", "npu", "fpga", "asic"])
     # fine-tuning the previous version's predictor on the re-measured kernels (CatBoost init_model)
     fine_tune_iterations: int = Field(default=100, ge=1, le=5000)
     fine_tune_learning_rate: float = Field(default=0.1, gt=0, le=1)
 
 
-class FeedbackSettings(_Strict):
-    latencies_ms: list[float] = Field(default_factory=list)     # measured by a deployment (flows/feedback.py)
-    model_path: str | None = None                               # the deployed ONNX; default: the active plan
-
-
-class GcSettings(_Strict):
-    keep: int = Field(default=5, ge=1)      # flows/gc.py: run folders kept per (model, target) pair
-    dry_run: bool = False                   # only list what would go
-
-
-class PredictorSettings(_Strict):
+class PredictorSettings(Strict):
     name: str = "default"
     mode: Literal["train", "fine_tune"] = "train"   # what flows/train.py does
     zoo: list[str] | None = None                    # zoo models flows/train.py learns from (None: all)
@@ -229,57 +217,11 @@ class PredictorSettings(_Strict):
     frozen: bool = False            # use the current revision as it is: no retraining, no recalibration
 
 
-class DeploySettings(_Strict):
-    """conf/deploy/: where Prefect runs (a temporary local server, or a fleet's server)."""
-    name: str = "embedded"
-    prefect_api_url: str | None = None          # None: a temporary local Prefect server
-    work_pool: str = "{target}"                 # a target's work pool ({target}: the target's name)
-    remote_verify: bool = False                 # adapt: verify on the target's pool (deployment verify/<target>)
-    remote_verify_timeout_s: float = Field(default=1800, gt=0)   # wait for that run at most this long
-
-    @model_validator(mode="after")
-    def _remote_needs_server(self) -> "DeploySettings":
-        if self.remote_verify and not self.prefect_api_url:
-            raise ValueError("deploy.remote_verify=true runs verify as a deployment on the target's work pool, which "
-                             "needs a Prefect server: use deploy=fleet (deploy.prefect_api_url) with "
-                             "tracking.fingerprint_db on the fleet's shared database")
-        return self
-
-    @field_validator("prefect_api_url")
-    @classmethod
-    def _http(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ValueError(f"{url!r} is not an http(s) URL; give the Prefect server's API, e.g. "
-                             "http://127.0.0.1:4200/api")
-        return url
-
-    @field_validator("work_pool")
-    @classmethod
-    def _pool_template(cls, template: str) -> str:
-        try:
-            name = template.format(target="t")
-        except (KeyError, IndexError, ValueError):
-            raise ValueError(f"{template!r} may only use the placeholder {{target}}") from None
-        if not name.strip():
-            raise ValueError("a work pool name cannot be empty")
-        return template
-
-    def pool(self, target: str) -> str:
-        return self.work_pool.format(target=target)
-
-
-class TaskRunnerSettings(_Strict):
-    """flows/adapt_many.py: the Prefect task runner that maps adapt over models."""
-    kind: Literal["threads", "process", "dask"] = "threads"
-    max_workers: int = Field(default=4, ge=1, le=256)
-    dask_address: str | None = None             # an existing Dask scheduler; None: a local cluster
-
-
-class PathSettings(_Strict):
+class PathSettings(Strict):
     artifacts: str
 
 
-class Settings(_Strict):
+class Settings(Strict):
     model: ModelSettings
     target: TargetSettings
     weights: WeightSettings
@@ -293,15 +235,8 @@ class Settings(_Strict):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     paths: PathSettings
     reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
-    feedback: FeedbackSettings = Field(default_factory=FeedbackSettings)
-    gc: GcSettings = Field(default_factory=GcSettings)
     predictor: PredictorSettings = Field(default_factory=PredictorSettings)
-    deploy: DeploySettings = Field(default_factory=DeploySettings)
-    task_runner: TaskRunnerSettings = Field(default_factory=TaskRunnerSettings)
-    models: list[str] = Field(default_factory=list)      # flows/adapt_many.py
-    targets: list[str] | None = None                     # flows/deploy.py (None: reprofile.targets)
     seed: int = 0
-    debug: bool = False
     trust_config_code: bool = False     # may the configuration name code to import (metric, backend)?
 
     @model_validator(mode="after")
@@ -332,20 +267,3 @@ class Settings(_Strict):
     def artifacts(self) -> Path:
         return Path(self.paths.artifacts)
 
-
-def validate_settings(raw: dict[str, Any]) -> Settings:
-    """Validate a plain config dict; every problem is reported in one paragraph."""
-    try:
-        return Settings.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "is not a known setting (check the spelling)"
-            # a message that names its own setting (target.spec.<key>=<value>) needs no prefix
-            problems.append(msg if not where or msg.startswith(f"{where}.") else f"{where}: {msg}")
-        raise MetaInferError(
-            "Invalid configuration: " + "; ".join(problems) + ". Fix these overrides or the YAML under conf/ and run again."
-        ) from None

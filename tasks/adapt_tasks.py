@@ -32,9 +32,9 @@ from metainfer_core.plan_report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
 from metainfer_core.predictor.lifecycle.train_stage import train_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
-from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import run_log, say as _progress
+from tasks.settings import RunSettings, validate_settings
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Run:
     """One run's settings, validated once, and its target's backend, built once; `raw` is the
     composed configuration as a plain dict (what a remote deployment is sent)."""
     raw: dict
-    s: Settings
+    s: RunSettings
     backend: Backend
 
     @classmethod

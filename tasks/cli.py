@@ -11,10 +11,10 @@ import sys
 from typing import Callable
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.settings import Settings
 from tasks.cli_help import composed_yaml, flow_help, parse_flags, prog_name
 from tasks.compose import load_settings
 from tasks.environment import configure, use_temporary_server
+from tasks.settings import RunSettings
 from tasks import progress, stores
 
 
@@ -76,7 +76,7 @@ def _say_stopped(name: str) -> int:
     return 130 if name == "SIGINT" else 143
 
 
-def run_cli(argv: list[str], body: Callable[[Settings, dict], str]) -> int:
+def run_cli(argv: list[str], body: Callable[[RunSettings, dict], str]) -> int:
     debug = any(a.lower() in ("debug=true", "debug=1") for a in argv)
     if not debug:  # Prefect logs task failures with their traceback; the paragraph below says it all
         logging.getLogger("prefect").setLevel(logging.CRITICAL)

@@ -1,5 +1,5 @@
 """Hydra composition (Compose API, not @hydra.main: it would take over sys.argv and logging)
-and validation into Settings. Every failure becomes one MetaInferError paragraph."""
+and validation into RunSettings. Every failure becomes one MetaInferError paragraph."""
 from __future__ import annotations
 
 import difflib
@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.settings import Settings, validate_settings
+from tasks.settings import RunSettings, validate_settings
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "target", "action_space", "weights", "search", "tracking", "predictor", "deploy")
@@ -104,7 +104,7 @@ def compose_raw(overrides: list[str]) -> dict:
         GlobalHydra.instance().clear()
 
 
-def load_settings(overrides: list[str]) -> tuple[Settings, dict]:
+def load_settings(overrides: list[str]) -> tuple[RunSettings, dict]:
     raw = compose_raw(overrides)
     return validate_settings(raw), raw
 

@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from metainfer_core.settings import Settings
+from tasks.settings import RunSettings
 
 
 QUIET = {
@@ -63,7 +63,7 @@ def _prefect_home(argv: list[str]) -> str:
         return os.path.join(os.path.abspath(given[-1] if given else "artifacts"), "prefect")
 
 
-def configure(s: Settings) -> None:
+def configure(s: RunSettings) -> None:
     Path(s.tracking.prefect_home).mkdir(parents=True, exist_ok=True)
     for key, value in QUIET.items():
         os.environ.setdefault(key, value)
@@ -77,7 +77,7 @@ def configure(s: Settings) -> None:
 _SETTINGS = contextlib.ExitStack()
 
 
-def use_temporary_server(s: Settings, api_url: str, stack: contextlib.ExitStack) -> None:
+def use_temporary_server(s: RunSettings, api_url: str, stack: contextlib.ExitStack) -> None:
     """Point this process and the processes it starts at the run's temporary Prefect server
     (tasks/prefect_server.py) until `stack` closes."""
     os.environ["PREFECT_API_URL"] = api_url

@@ -14,8 +14,8 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.exceptions import ObjectNotFound
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.settings import Settings
 from tasks.compose import load_settings
+from tasks.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 # flow name -> entrypoint; a deployment is <flow>/<target>, e.g. reprofile/fpga
@@ -23,7 +23,7 @@ ENTRYPOINTS = {"reprofile": "flows/reprofile.py:reprofile_flow", "onboard": "flo
                "verify": "flows/verify.py:verify_flow"}      # verify: adapt's deploy.remote_verify
 
 
-def require_server(s: Settings) -> str:
+def require_server(s: RunSettings) -> str:
     if not s.deploy.prefect_api_url:
         raise MetaInferError("Deployments need a Prefect server, but deploy=embedded runs Prefect in-process. "
                              "Start one (prefect server start) and run with deploy=fleet "
@@ -61,7 +61,7 @@ def target_overrides(overrides: list[str], target: str) -> list[str]:
     return base + [f"target={target}"]
 
 
-def deploy_target(s: Settings, target: str, overrides: list[str]) -> list[str]:
+def deploy_target(s: RunSettings, target: str, overrides: list[str]) -> list[str]:
     """Deploy the target's reprofile, onboard and verify flows to its work pool; returns their names."""
     pool, mine = s.deploy.pool(target), target_overrides(overrides, target)
     _, raw = load_settings(mine)          # onboard takes its composed config; reprofile composes at run time

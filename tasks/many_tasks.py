@@ -13,13 +13,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from metainfer_core import run_warnings
-from metainfer_core.settings import Settings
+from tasks.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("model", "decision", "actions", "default_ms", "chosen_ms", "speedup", "accuracy_loss", "plan")
 
 
-def task_runner(s: Settings) -> TaskRunner:
+def task_runner(s: RunSettings) -> TaskRunner:
     """task_runner.kind: threads (default), process, or dask (a local cluster or task_runner.dask_address)."""
     r = s.task_runner
     if r.kind == "threads":
@@ -38,7 +38,7 @@ def task_runner(s: Settings) -> TaskRunner:
                                           "dashboard_address": None})
 
 
-def init_tracking_store(s: Settings) -> None:
+def init_tracking_store(s: RunSettings) -> None:
     """Create the MLflow store before the mapped runs write to it: first runs creating one
     SQLite store at once race in its schema migration."""
     from mlflow.tracking import MlflowClient

@@ -6,8 +6,8 @@ from prefect.cache_policies import NO_CACHE
 
 from metainfer_core import onboard
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.settings import validate_settings
 from metainfer_core.backends import backend_for
+from tasks.settings import validate_settings
 
 
 def _ctx(raw: dict):

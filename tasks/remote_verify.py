@@ -19,10 +19,10 @@ from metainfer_core.backends import backend_for
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.verify import mailbox
-from metainfer_core.settings import Settings, validate_settings
 from metainfer_core.verify import Verified
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import say as _progress
+from tasks.settings import RunSettings, validate_settings
 
 FLOW = "verify"          # the deployment of a target is verify/<target> (flows/deploy.py)
 
@@ -44,7 +44,7 @@ def _cancel(flow_run) -> None:
         _progress(f"verify: could not cancel flow run {flow_run.name} ({type(exc).__name__}: {exc})")
 
 
-def _run_remote(s: Settings, raw: dict, request_id: str) -> tuple[object, float]:
+def _run_remote(s: RunSettings, raw: dict, request_id: str) -> tuple[object, float]:
     """Run verify/<target> on the target's pool and wait; returns the completed flow run."""
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
@@ -82,7 +82,7 @@ def _run_remote(s: Settings, raw: dict, request_id: str) -> tuple[object, float]
     return flow_run, waited
 
 
-def remote_measure(s: Settings, raw: dict, record: dict):
+def remote_measure(s: RunSettings, raw: dict, record: dict):
     """A measure function for verify_stage (verify()'s signature) that runs on the
     target's pool; what ran where goes into `record` (plan.json's verify_remote)."""
     lib = FingerprintLibrary(s.tracking.fingerprint_db)

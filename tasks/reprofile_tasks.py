@@ -16,10 +16,10 @@ from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.reprofile import DriftReport, reprofile
 from metainfer_core.reprofile_predictor import path_predictors, refresh
 from metainfer_core.search.score import Weights
-from metainfer_core.settings import validate_settings
 from metainfer_core.tensors import random_feeds
 from metainfer_core.verify import verify
 from tasks.adapt_tasks import _progress
+from tasks.settings import validate_settings
 from tasks.tracking import active_plans, download_plan, restore_default
 
 

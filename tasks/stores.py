@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.settings import Settings
+from tasks.settings import RunSettings
 
 LOCK_NAME = ".stores.lock"
 
@@ -69,7 +69,7 @@ def check_sqlite(path: Path, setting: str) -> None:
             f"aside (mv {path} {path}.broken) and run again to start an empty one there (without {HOLDS[setting]}).")
 
 
-def databases(s: Settings) -> list[tuple[Path, str]]:
+def databases(s: RunSettings) -> list[tuple[Path, str]]:
     """The SQLite files this run's stores use, with the setting that names each."""
     out = []
     for url, setting in ((s.tracking.mlflow_uri, "tracking.mlflow_uri"),
@@ -116,7 +116,7 @@ def first_use(artifacts: Path) -> Iterator[bool]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def migrate(s: Settings) -> None:
+def migrate(s: RunSettings) -> None:
     """Create or upgrade the MLflow and fingerprint schemas (each is a no-op when current)."""
     from mlflow.tracking import MlflowClient
 
@@ -126,7 +126,7 @@ def migrate(s: Settings) -> None:
     FingerprintLibrary(s.tracking.fingerprint_db)
 
 
-def check(s: Settings) -> None:
+def check(s: RunSettings) -> None:
     """Refuse, before anything is written, an artifacts folder that cannot be written or a
     damaged database file."""
     check_writable(Path(s.paths.artifacts))
@@ -134,7 +134,7 @@ def check(s: Settings) -> None:
         check_sqlite(path, setting)
 
 
-def _needs_temporary_server(s: Settings) -> bool:
+def _needs_temporary_server(s: RunSettings) -> bool:
     """A flow that uses Prefect (flows/rollback.py and flows/gc.py never import it) without a
     Prefect API of its own: deploy.prefect_api_url, or PREFECT_API_URL from the environment or
     the Prefect profile (a worker running a deployment; `--serve` under `prefect server start`)."""
@@ -145,7 +145,7 @@ def _needs_temporary_server(s: Settings) -> bool:
     return not (os.environ.get("PREFECT_API_URL") or get_current_settings().api.url)
 
 
-def prepare(s: Settings, stack: contextlib.ExitStack) -> str | None:
+def prepare(s: RunSettings, stack: contextlib.ExitStack) -> str | None:
     """Migrate and (embedded) start the temporary Prefect server, stopped when `stack`
     closes. Returns that server's API URL, or None when a Prefect server is configured."""
     from tasks.prefect_server import TemporaryServer

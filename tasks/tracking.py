@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from metainfer_core.errors import MetaInferError
 from metainfer_core.plan import write_plan
 from metainfer_core.plan_report import plan_name, speedup
-from metainfer_core.settings import Settings
+from tasks.settings import RunSettings
 
 ACTIVE = "active"
 # settings that do not define an adapt run (other flows' inputs): not logged as its params
@@ -54,11 +54,11 @@ def _params(flat: dict[str, Any]) -> list[Param]:
             for k, v in flat.items()]
 
 
-def _client(s: Settings) -> MlflowClient:
+def _client(s: RunSettings) -> MlflowClient:
     return MlflowClient(tracking_uri=s.tracking.mlflow_uri)
 
 
-def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
+def _experiment_id(client: MlflowClient, s: RunSettings, name: str) -> str:
     """The experiment's id, created when missing. Embedded tracking keeps artifacts under
     paths.artifacts; a tracking server stores them where it is configured to (its
     --artifacts-destination), so every host of a fleet sees the same files."""
@@ -82,11 +82,11 @@ def _experiment_id(client: MlflowClient, s: Settings, name: str) -> str:
 MODEL_FILES = ("model.onnx", "default.onnx")
 
 
-def _logs_models(s: Settings) -> bool:
+def _logs_models(s: RunSettings) -> bool:
     return s.tracking.mlflow_uri.startswith(("http://", "https://"))
 
 
-def experiment_name(s: Settings, model_name: str) -> str:
+def experiment_name(s: RunSettings, model_name: str) -> str:
     """One experiment per model: its runs on every target line up in one runs table (tag and
     param `target` tell them apart). Runs stored before this, in `<experiment>/<model>@<target>`,
     stay there untouched and readable; nothing reads runs by experiment but the dead-run sweep
@@ -95,7 +95,7 @@ def experiment_name(s: Settings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}"
 
 
-def _legacy_experiment_name(s: Settings, model_name: str) -> str:
+def _legacy_experiment_name(s: RunSettings, model_name: str) -> str:
     return f"{s.tracking.experiment}/{model_name}@{s.target.name}"
 
 
@@ -132,7 +132,7 @@ def fail_dead_runs(client: MlflowClient, exp_ids: list[str], by: str) -> list[st
     return [r.info.run_id for r in dead]
 
 
-def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
+def start_run(s: RunSettings, raw: dict, model_name: str, run_name: str) -> str:
     client = _client(s)
     exp_id = _experiment_id(client, s, experiment_name(s, model_name))
     # tag `target` (and param `target.name`): the runs table's column that tells the model's targets apart
@@ -149,7 +149,7 @@ def start_run(s: Settings, raw: dict, model_name: str, run_name: str) -> str:
     return run.info.run_id
 
 
-def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: str) -> dict:
+def finish_run(s: RunSettings, run_id: str, plan: dict, folder: Path, model_name: str) -> dict:
     """Log the run's figures and files, move the registry's `active` alias when the plan was
     adapted, and record the registry state in plan.json. Returns the final plan."""
     client = _client(s)
@@ -164,7 +164,7 @@ def finish_run(s: Settings, run_id: str, plan: dict, folder: Path, model_name: s
     return plan
 
 
-def _log_outcome(client: MlflowClient, s: Settings, run_id: str, plan: dict, folder: Path) -> None:
+def _log_outcome(client: MlflowClient, s: RunSettings, run_id: str, plan: dict, folder: Path) -> None:
     write_plan(folder, plan)
     tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
             RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
@@ -204,7 +204,7 @@ def run_title(plan: dict, folder_name: str) -> str:
             f"{plan_name(plan['actions'])} {stamp}")
 
 
-def fail_run(s: Settings, run_id: str, message: str, killed: bool = False) -> None:
+def fail_run(s: RunSettings, run_id: str, message: str, killed: bool = False) -> None:
     """End the run FAILED, or KILLED when an interrupt (SIGINT, SIGTERM) stopped it."""
     client = _client(s)
     client.set_tag(run_id, "error", mask_secrets(message)[:5000])
@@ -215,7 +215,7 @@ def registered_name(model_name: str, target: str) -> str:
     return f"{model_name}.{target}"
 
 
-def promote(s: Settings, run_id: str, plan: dict, model_name: str) -> dict:
+def promote(s: RunSettings, run_id: str, plan: dict, model_name: str) -> dict:
     """Keep the (model, target) pair's active plan in the MLflow Model Registry (alias
     `active`). An adapted plan becomes a new version and takes the alias; a rolled-back or
     skipped run leaves the active plan as it is (registering the default when there is none
@@ -242,7 +242,7 @@ def promote(s: Settings, run_id: str, plan: dict, model_name: str) -> dict:
             "previous_version": str(active.version) if active else None}
 
 
-def unpromote(s: Settings, registry: dict) -> None:
+def unpromote(s: RunSettings, registry: dict) -> None:
     """Undo promote(): the new version goes, `active` returns to the version it replaced."""
     if not registry.get("changed"):
         return
@@ -255,7 +255,7 @@ def unpromote(s: Settings, registry: dict) -> None:
     client.delete_model_version(name, registry["active_version"])
 
 
-def roll_back_active(s: Settings, model_name: str) -> tuple[str, str, str]:
+def roll_back_active(s: RunSettings, model_name: str) -> tuple[str, str, str]:
     """Move `active` back to the version the current one replaced: (name, from, to)."""
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
     name = registered_name(model_name, s.target.name)
@@ -273,7 +273,7 @@ def roll_back_active(s: Settings, model_name: str) -> tuple[str, str, str]:
     return name, str(active.version), previous
 
 
-def record_report(s: Settings, kind: str, run_name: str, raw: dict, metrics: dict[str, float], tags: dict[str, str],
+def record_report(s: RunSettings, kind: str, run_name: str, raw: dict, metrics: dict[str, float], tags: dict[str, str],
                   files: list[Path]) -> str:
     """One MLflow run for a report-style flow (onboarding, re-profiling) in `meta-infer/<kind>@<target>`."""
     client = _client(s)
@@ -290,7 +290,7 @@ def record_report(s: Settings, kind: str, run_name: str, raw: dict, metrics: dic
     return run.info.run_id
 
 
-def active_plans(s: Settings) -> list:
+def active_plans(s: RunSettings) -> list:
     """The `active` model versions of every registered (model, target) pair of this target."""
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
     out = []
@@ -302,7 +302,7 @@ def active_plans(s: Settings) -> list:
     return out
 
 
-def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
+def download_plan(s: RunSettings, version, folder: Path) -> tuple[Path, Path]:
     """The active plan's model and the default path it was verified against."""
     if not version.source.startswith("runs:/"):        # embedded: the files of the plan's run folder
         run_folder = Path(version.source).parent
@@ -312,7 +312,7 @@ def download_plan(s: Settings, version, folder: Path) -> tuple[Path, Path]:
             Path(client.download_artifacts(version.run_id, "default.onnx", str(folder))))
 
 
-def restore_default(s: Settings, version, reason: str) -> str:
+def restore_default(s: RunSettings, version, reason: str) -> str:
     """Register the default path of the plan's run as a new version and make it active."""
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)
     source = (f"runs:/{version.run_id}/default.onnx" if version.source.startswith("runs:/")
@@ -324,7 +324,7 @@ def restore_default(s: Settings, version, reason: str) -> str:
     return str(new.version)
 
 
-def protected_runs(s: Settings) -> set[str]:
+def protected_runs(s: RunSettings) -> set[str]:
     """MLflow runs whose run folders a clean-up keeps: every pair's active plan and the plan it
     replaced (what flows/rollback.py restores)."""
     client = MlflowClient(tracking_uri=s.tracking.mlflow_uri, registry_uri=s.tracking.mlflow_uri)

@@ -12,8 +12,8 @@ from metainfer_core.predictor import dataset
 from metainfer_core.predictor.lifecycle import offline
 from metainfer_core.predictor.lifecycle.fine_tune import FineTuneResult
 from metainfer_core.predictor.features.target_join import TargetSpec
-from metainfer_core.settings import validate_settings
 from tasks.adapt_tasks import _progress
+from tasks.settings import validate_settings
 
 
 @task(name="build_training_set", cache_policy=NO_CACHE)
