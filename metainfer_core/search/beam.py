@@ -285,7 +285,7 @@ class _Search:
                         if child is not None:
                             self.ahead_of[id(child)] = None
                             self.ahead_of[id(cand)] = min(self.ahead_of.get(id(cand), child.score), child.score)
-                    self.evaluator.reanchor(cand)       # binding it may have measured its family
+                    self.evaluator.reanchor(cand)       # binding it may have timed its graph
         if frontier or stepping:
             self.result.levels = max(self.result.levels, level)
         return frontier, stepping

@@ -75,7 +75,7 @@ class Candidate:
     violation: str | None = None
     binding: dict = field(default_factory=dict)   # {"device": n, "host": [{"kernel", "nodes", "reason"}]}
     graph_latency_ms: float = 0.0       # the predictor's figure before plan-wide corrections (double buffering)
-    family_anchor: float = 1.0          # the factor its graph family's measured anchor applied (Evaluator)
+    graph_anchor: float = 1.0           # the factor its graph's measured anchor applied (Evaluator.graph_anchors)
     key: str = field(default="")
 
     def __post_init__(self):

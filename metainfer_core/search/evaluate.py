@@ -6,8 +6,8 @@ buffer-sharing policy, accuracy loss from per-node sensitivity measured once per
 binding: which kernels the device runs and which fall back to the host, and why. A candidate
 bound to another execution path gets its graph's prediction times that path's measured latency
 ratio, and the accuracy loss the path adds (search/path_costs.py); its exact check runs there.
-A lossy graph family (int8 of each form and engine, 16-bit floats) is anchored like the
-unchanged model once a graph of it was timed on the default path (measuring a path does that)."""
+A lossy graph timed on the default path (measuring a path for it does that) is anchored there
+like the unchanged model, bound or not."""
 from __future__ import annotations
 
 import time
@@ -72,9 +72,9 @@ class Evaluator:
         self.sensitivity: Sensitivity | None = None
         self._fit_losses: dict[tuple, float] = {}       # int8 float_layers=fit: exact losses probed
         self._float_costs: dict[str, float] | None = None
-        # per lossy graph family (PathCosts.family): its first graph's latency measured on the
-        # default path over its prediction (_path_cost)
-        self.family_anchors: dict[tuple, float] = {}
+        # per lossy graph timed on the default path (its unbound Candidate.key): measured over
+        # predicted (_path_cost)
+        self.graph_anchors: dict[str, float] = {}
         self.base_latency = 1.0
         self.base_mem = 1
         self.base_score: float | None = None     # the default plan's (set_baseline)
@@ -121,10 +121,11 @@ class Evaluator:
             staging = max(moved, default=0)
         path = ExecutionPath.of(m)
         cost = None
+        graph_key = parent.key if parent is not None else c.key     # a plan-wide step keeps its parent's graph
         if not path.is_default:
-            cost = self._path_cost(c, path, latency)
-        c.family_anchor = self.family_anchors.get(PathCosts.family(m), 1.0) if self.family_anchors else 1.0
-        latency *= c.family_anchor
+            cost = self._path_cost(c, path, latency, graph_key)
+        c.graph_anchor = self.graph_anchors.get(graph_key, 1.0)
+        latency *= c.graph_anchor
         if cost is not None and cost.error is None:
             latency *= cost.ratio
         c.latency_ms = latency
@@ -210,21 +211,21 @@ class Evaluator:
             return "path"
         return None
 
-    def _path_cost(self, c: Candidate, path: ExecutionPath, predicted_ms: float):
-        """The path's cost for `c`'s graph (predicted_ms: its prediction on the default path).
-        Measuring a lossy family's first graph times it on the default path too: the family's
-        anchor (measured / predicted), as the unchanged model's anchors every plan; the
-        predictor reads an outside quantizer's graph or a 16-bit one worst. Plain float graphs
-        keep the whole-model anchor (timed longer)."""
+    def _path_cost(self, c: Candidate, path: ExecutionPath, predicted_ms: float, graph_key: str):
+        """The path's cost for `c`'s graph (predicted_ms: its prediction on the default path;
+        graph_key: the unbound graph's key). Measuring a path for a class's first graph times that
+        graph on the default path too: a lossy one is then anchored there (measured / predicted),
+        as the unchanged model is; the predictor reads an outside quantizer's graph worst. Only
+        that graph: the predictor's error differs across a class (two fp16 scopes predicted 3x
+        apart ran alike). Plain float graphs keep the whole-model anchor (timed longer)."""
         if self.paths is None:
             raise RuntimeError(f"candidate bound to {path.label}, but the evaluator measures no execution paths")
         before = self.paths.seconds
         fresh = not self.paths.knows(path, c.model)
         cost = self.paths.cost(c.model)
-        family = PathCosts.family(c.model)
-        if fresh and cost.error is None and family[0] != "fp32" and family not in self.family_anchors \
-                and predicted_ms > 0 and cost.plain_ms > 0:
-            self.family_anchors[family] = cost.plain_ms / predicted_ms
+        if fresh and cost.error is None and PathCosts.family(c.model)[0] != "fp32" and predicted_ms > 0 \
+                and cost.plain_ms > 0:
+            self.graph_anchors.setdefault(graph_key, cost.plain_ms / predicted_ms)
         self.timings["paths_s"] += self.paths.seconds - before
         c.binding["path"] = path.label
         c.binding["path_ratio"] = cost.ratio
@@ -238,7 +239,7 @@ class Evaluator:
             self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                            self.loss_fn)
             self._float_costs = None
-            self.family_anchors = {}
+            self.graph_anchors = {}
             if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
                 self.paths.know(default.model, self.reference)
                 self.sensitivity.on_run = self.paths.know
@@ -300,12 +301,11 @@ class Evaluator:
         return self.finish(self.measure(c, parent))
 
     def reanchor(self, c: Candidate) -> Candidate:
-        """Re-score `c` by its family's anchor where that was measured after `c` was scored (the
-        first graph of a family is scored before binding it measures the family)."""
-        anchor = self.family_anchors.get(PathCosts.family(c.model), 1.0) if self.family_anchors else 1.0
-        if anchor != c.family_anchor:
-            c.latency_ms *= anchor / c.family_anchor
-            c.family_anchor = anchor
+        """Re-score `c` by its anchor where binding its graph timed it after `c` was scored."""
+        anchor = self.graph_anchors.get(c.key, 1.0)
+        if anchor != c.graph_anchor:
+            c.latency_ms *= anchor / c.graph_anchor
+            c.graph_anchor = anchor
             self.finish(c)
         return c
 

@@ -111,8 +111,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                          {"search_timings": result.timings, "expected_search_s": expected_search_s, "warnings": findings,
                           "possible_saving_s": saving_s,
                           "anchor": {"measured_default_ms": anchor_ms, "predicted_default_ms": evaluator.predicted_default_ms,
-                                     "families": {kind + (f"[{','.join(ops)}]" if ops else ""): round(f, 4)
-                                                  for (kind, ops), f in evaluator.family_anchors.items()}},
+                                     "graphs": sorted(round(f, 4) for f in evaluator.graph_anchors.values())},
                           "execution_paths": evaluator.paths.measured if evaluator.paths else {}})
 
 
