@@ -28,7 +28,7 @@ from metainfer_core.kernels import Kernel, bind, crossings
 from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
-from metainfer_core.search.path_costs import PathCosts
+from metainfer_core.search.path_costs import PathCosts, graph_class
 from metainfer_core.search.score import Weights, memory_base, violation
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
 
@@ -223,7 +223,7 @@ class Evaluator:
         before = self.paths.seconds
         fresh = not self.paths.knows(path, c.model)
         cost = self.paths.cost(c.model)
-        if fresh and cost.error is None and PathCosts.family(c.model)[0] != "fp32" and predicted_ms > 0 \
+        if fresh and cost.error is None and graph_class(c.model) != "fp32" and predicted_ms > 0 \
                 and cost.plain_ms > 0:
             self.graph_anchors.setdefault(graph_key, cost.plain_ms / predicted_ms)
         self.timings["paths_s"] += self.paths.seconds - before

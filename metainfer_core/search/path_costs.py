@@ -108,18 +108,13 @@ class PathCosts:
         return [c.run(f) for f in self.feeds]
 
     @staticmethod
-    def family(model: onnx.ModelProto) -> tuple[str, tuple[str, ...]]:
-        """The graph's class, as the paths are measured per class."""
+    def _key(path: ExecutionPath, model: onnx.ModelProto) -> tuple:
         kind = graph_class(model)
         # an outside quantizer's graph (NNCF's, ONNX Runtime's) runs otherwise than meta-infer's
         # of the same form (other Q/DQ placement)
         engine = model_meta(model, INT8_ENGINE_KEY) if kind.startswith("int8") else None
         kind += f"-{engine}" if engine else ""
-        return kind, quantized_ops(model) if kind.startswith("int8-inputs") else ()
-
-    @classmethod
-    def _key(cls, path: ExecutionPath, model: onnx.ModelProto) -> tuple:
-        return (path, *cls.family(model))
+        return path, kind, quantized_ops(model) if kind.startswith("int8-inputs") else ()
 
     def knows(self, path: ExecutionPath, model: onnx.ModelProto) -> bool:
         """Whether binding `model` (its graph) to `path` is already measured."""
