@@ -3,6 +3,7 @@ sensitivity instead of a run per candidate, exact checks for the best, the weigh
 the chosen plan, and the adaptive switch."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from metainfer_core.backends import backend_for
@@ -378,6 +379,33 @@ def test_past_a_level_where_no_child_gains_the_dive_coasts_to_full_depth(models)
     assert res.levels == res.depth == 3 and not res.top
     assert "past depth 1 no step was predicted to gain" in search_text(
         {"levels": res.levels, "depth": res.depth, "evaluated": 1, "dive_stalled_at": res.dive_stalled_at})
+
+
+class Int8Pays(FakeCostModel):
+    """int8 kernels a tenth of their float cost: the gain is in the precision alone."""
+    def predict_kernels_ms(self, kernels):
+        return np.array([(0.1 if k.dtype == "int8" else 1.0) * (0.01 + k.flops * 1e-9) for k in kernels])
+
+
+def test_the_dive_measures_a_new_precision_past_its_level_slice(models, monkeypatch):
+    """A new precision priced as on a large model (its sensitivity seconds long) does not fit the
+    dive's first level slice, where only cheap rewrites that gain nothing do. The dive still
+    scores the level's first child that measures something new: int8, the gain, is what its
+    next levels grow (before, the dive stalled on the rewrites and never measured int8)."""
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ctx = ActionContext(target=be.info, calibration_feeds=feeds)
+    ev = Evaluator(Int8Pays(), be.info, BALANCED, 0.05, feeds, reference, LOSSY, ctx=ctx)
+    priced = Evaluator.fresh_cost_prior_s
+    monkeypatch.setattr(Evaluator, "fresh_cost_prior_s",
+                        lambda self, lossy=True: {k: max(v, 4.0) for k, v in priced(self, lossy).items()})
+    dive = []
+    res = beam_search(m, {"tiling": {"tiles": [2, 4], "axis": ["height"]}, "int8": INT8}, ev, ctx, beam_width=2,
+                      depth=3, top_k=3, time_budget_s=16,
+                      progress=lambda lvl, n, best: dive.append((lvl, best)) if len(dive) < 3 else None)
+    default_score = res.default.score
+    assert dive[0][0] == 1 and dive[0][1] < default_score       # the dive's first level already gains
+    assert res.levels == 3
 
 
 def test_a_coasting_dive_takes_only_steps_that_measure_nothing_new(models):

@@ -269,12 +269,18 @@ class _Search:
                 # directive last (it ends the dive's growth), else cheapest-first as ever
                 todo = sorted(todo, key=lambda t: (_keeps(t), bool(self.evaluator.measures_anew(state, t[0], t[1]))))
             self.clock["expand_s"] += time.perf_counter() - t_exp
+            fresh_tried = False
             for action, params, site in todo:
                 # a level's first may run past its slice (within the budget): a dive whose state
-                # has nothing cheap left to add still goes deeper
+                # has nothing cheap left to add still goes deeper. So may the dive's first child
+                # that measures something new (a precision, a path): on a measured target the
+                # gains are there, and what it measures the widening re-uses
                 first = not frontier and not stepping
+                fresh_first = (defer_directives and not fresh_tried and not _keeps((action, params, site))
+                               and bool(self.evaluator.measures_anew(state, action, params)))
+                fresh_tried |= fresh_first
                 cand = self.consider(state, action, params, site, frontier, stepping,
-                                     self.deadline if first else until)
+                                     self.deadline if first or fresh_first else until)
                 if cand is not None and self.lookahead and action.lossy:
                     # a precision whose form pays on another path only (OpenVINO's int8) is scored
                     # there too at once: ranked on the default path alone it would leave the beam.
