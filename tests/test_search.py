@@ -312,6 +312,11 @@ def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
     best_of_kind[("int8:onnxruntime",)] = Candidate(model, (ort,), latency_ms=1.0, score=0.9)
     assert [_kind(c) for c in _explorers(best_of_kind, [], None, 2, float("inf"), SearchResult(default=None, top=[]))] \
         == [("int8:onnxruntime",), ("int8",)]
+    # a plan whose exact check (the top's, made before) broke the bound is no explorer: verify
+    # would only time it and try to repair it
+    best_of_kind[("int8:onnxruntime",)].violation = "accuracy: loss 0.066 exceeds accuracy.max_loss 0.01"
+    assert [_kind(c) for c in _explorers(best_of_kind, [], None, 2, float("inf"), SearchResult(default=None, top=[]))] \
+        == [("int8",), ("fp16",)]
 
 
 class LaunchBound(FakeCostModel):

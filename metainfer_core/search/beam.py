@@ -503,8 +503,8 @@ def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evalu
             except Exception as exc:  # noqa: BLE001 - dropped with its reason
                 result.failed[c.steps[-1].kind] = f"exact check: {type(exc).__name__}: {str(exc)[:200]}"
                 continue
-            if c.violation:
-                continue
+        if c.violation:     # its exact check broke the bound (this one's, or the top's before it)
+            continue
         have.add(kind_of(c))
         out.append(c)
         round_ms -= cost_ms
