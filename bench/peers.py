@@ -1,5 +1,5 @@
 """The runtimes a user would pick instead of meta-infer, one small class per runtime kind, each
-with `run(feeds) -> list[np.ndarray]` and `time_once(feeds) -> ms` (what metainfer_core.timing.
+with `run(feeds) -> list[np.ndarray]` and `time_once(feeds) -> ms` (what metainfer_core.backends.timing.
 interleaved times), plus `measure()`, which builds them, scores their accuracy against the fp32
 reference with `plan_loss` and times them together with verify's method (interleaved rounds,
 each starting at the next peer, `settle` warm runs before each timed one, median).
@@ -52,7 +52,7 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
 from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
 from metainfer_core.backends.ort_backend import OrtBackend
-from metainfer_core.timing import SETTLE, interleaved
+from metainfer_core.backends.timing import SETTLE, interleaved
 
 CPU_TARGET = Path(__file__).resolve().parent.parent / "conf" / "target" / "cpu.yaml"
 OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}

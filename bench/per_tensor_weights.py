@@ -19,7 +19,7 @@ from metainfer_core.backends import backend_for
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.predictor.dataset.training_set import zoo_entries
-from metainfer_core.timing import SETTLE, interleaved
+from metainfer_core.backends.timing import SETTLE, interleaved
 from tasks.compose import load_settings, zoo_input_shapes
 
 WAYS = {"per channel": True, "per tensor": False, "auto": "auto"}

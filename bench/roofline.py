@@ -19,13 +19,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from metainfer_core.flops import node_flops
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.flops import node_flops
+from metainfer_core.ir.tensors import tensor_infos
 
 
 @dataclass(frozen=True)
 class Work:
-    flops: int               # multiply-accumulate = 2 operations (metainfer_core.flops)
+    flops: int               # multiply-accumulate = 2 operations (metainfer_core.ir.flops)
     weight_bytes: int        # fp32 weights as stored in the default model
     io_bytes: int            # graph inputs + outputs
 

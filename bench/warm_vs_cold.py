@@ -1,4 +1,4 @@
-"""Why verify and the predictor's training set time warm runs (metainfer_core/timing.py): every
+"""Why verify and the predictor's training set time warm runs (metainfer_core/backends/timing.py): every
 zoo model's default plan and its fp16 and int8 plans, timed side by side in one run three ways:
 back to back (one plan alone, the serving case), interleaved with one run per plan per round
 (cold: each run follows another plan's), and interleaved with timing.SETTLE untimed runs
@@ -18,7 +18,7 @@ from metainfer_core import zoo
 from metainfer_core.backends import backend_for
 from metainfer_core.predictor.dataset.training_set import zoo_entries
 from metainfer_core.predictor.dataset.plans import candidate_plans
-from metainfer_core.timing import SETTLE, interleaved
+from metainfer_core.backends.timing import SETTLE, interleaved
 from tasks.compose import load_settings, zoo_input_shapes
 
 WANTED = ("default", "fp16(scope=all)", "int8(activation_type=QUInt8,calibrate_method=MinMax,per_channel=auto,"

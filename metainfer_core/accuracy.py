@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import onnx
 
-from metainfer_core.tensors import ORT_LOG_SEVERITY
+from metainfer_core.ir.tensors import ORT_LOG_SEVERITY
 
 
 def cosine_loss(ref: np.ndarray, out: np.ndarray) -> float:

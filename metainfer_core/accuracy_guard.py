@@ -14,9 +14,9 @@ from onnx import helper, numpy_helper
 
 from metainfer_core.accuracy import LossFn, plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
-from metainfer_core.kernels import QDQ_OPS
-from metainfer_core.normalize.graph_utils import with_outputs
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.kernels import QDQ_OPS
+from metainfer_core.ir.graph_utils import with_outputs
+from metainfer_core.ir.tensors import tensor_infos
 
 
 @dataclass

@@ -11,8 +11,8 @@ from collections import Counter, defaultdict
 import numpy as np
 import onnx
 
-from metainfer_core.kernels import Kernel, group_kernels
-from metainfer_core.tensors import TensorInfo, tensor_infos
+from metainfer_core.ir.kernels import Kernel, group_kernels
+from metainfer_core.ir.tensors import TensorInfo, tensor_infos
 
 CATEGORICAL = ["op_type", "primary_op", "dtype"]
 NUMERIC = ["log_flops", "log_bytes_in", "log_bytes_weights", "log_bytes_out", "log_intensity", "n_ops",

@@ -34,7 +34,7 @@ from metainfer_core.backends.paths import RUNTIMES, ExecutionPath
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.kernel_store import load_kernels
 from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement, VersionRow
-from metainfer_core.kernels import group_kernels
+from metainfer_core.ir.kernels import group_kernels
 
 QUICK_OPS = 3
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")

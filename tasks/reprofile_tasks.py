@@ -16,7 +16,7 @@ from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.reprofile import DriftReport, reprofile
 from metainfer_core.reprofile_predictor import path_predictors, refresh
 from metainfer_core.search.score import Weights
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.verify import verify
 from tasks.adapt_tasks import _progress
 from tasks.settings import validate_settings

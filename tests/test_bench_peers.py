@@ -11,7 +11,7 @@ import pytest
 from bench import labels, ort_baselines, peers
 from metainfer_core import zoo
 from metainfer_core.accuracy import run_cpu
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 
 
 @pytest.fixture(scope="module")

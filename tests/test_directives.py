@@ -1,7 +1,7 @@
 """Plan directives: one entry per key, plan-wide ones read back under the metainfer. prefix."""
 from onnx import TensorProto, helper
 
-from metainfer_core.directives import (DOUBLE_BUFFER_KEY, FUSION_KEY, STRATEGY_KEY, double_buffered, model_meta,
+from metainfer_core.ir.directives import (DOUBLE_BUFFER_KEY, FUSION_KEY, STRATEGY_KEY, double_buffered, model_meta,
                                        node_meta, plan_meta, set_model_meta, set_node_meta)
 
 

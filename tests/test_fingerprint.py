@@ -8,8 +8,8 @@ import pytest
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import kernel_model, profile
-from metainfer_core.kernels import group_kernels
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.kernels import group_kernels
+from metainfer_core.ir.tensors import tensor_infos
 from metainfer_core.zoo import build
 
 from twins import backend
@@ -83,7 +83,7 @@ def test_kernel_model_does_not_scale_a_weight_computed_from_constants():
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from metainfer_core.tensors import random_feeds
+    from metainfer_core.ir.tensors import random_feeds
 
     value = numpy_helper.from_array(np.array([0.02], np.float32), "")
     nodes = [helper.make_node("ConstantOfShape", ["w_shape"], ["w"], value=value),

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.kernels import group_kernels
-from metainfer_core.memory import STRATEGIES, live_peak, peak_reason, plan_memory
-from metainfer_core.tensors import random_feeds, tensor_infos
+from metainfer_core.ir.kernels import group_kernels
+from metainfer_core.ir.memory import STRATEGIES, live_peak, peak_reason, plan_memory
+from metainfer_core.ir.tensors import random_feeds, tensor_infos
 from metainfer_core.zoo import build
 
 from twins import backend

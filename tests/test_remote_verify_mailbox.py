@@ -12,7 +12,7 @@ from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.verify import mailbox
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.verify import verify
 from metainfer_core.zoo import build
 

@@ -16,14 +16,14 @@ from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.actions.base import kernels_of
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
-from metainfer_core.directives import FUSION_KEY, STRATEGY_KEY
+from metainfer_core.ir.directives import FUSION_KEY, STRATEGY_KEY
 from metainfer_core.normalize import normalize
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.graph_utils import clone
 from metainfer_core.predictor import CostModel
 from metainfer_core.plan_report import search_text
 from metainfer_core.search import Candidate, Evaluator, Weights, beam_search, graph_hash
 from metainfer_core.search import evaluate as evaluate_module
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from twins import BALANCED, FakeCostModel, backend
@@ -296,7 +296,7 @@ def test_explored_plans_are_limited_by_their_own_predicted_verify_time():
     a slow default does not count (it is verified anyway)."""
     from metainfer_core.actions import Site
     from metainfer_core.search.beam import SearchResult, _explorers, kind_of as _kind
-    from metainfer_core.timing import runs_per_sample
+    from metainfer_core.backends.timing import runs_per_sample
 
     model = build("mlp")
     kinds = {kind: Candidate(model, (Step(kind, Site((), "all"), ()),), latency_ms=ms, score=score)

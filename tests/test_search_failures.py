@@ -11,9 +11,9 @@ from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.normalize import normalize
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.graph_utils import clone
 from metainfer_core.search import Evaluator, beam_search
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from twins import backend

@@ -14,7 +14,7 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.normalize import normalize
 from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from twins import backend
@@ -252,7 +252,7 @@ def test_an_fp16_overflow_is_a_finding_not_a_nan_or_a_warning():
     m, feeds, reference, ctx = prepared(overflowing_graph())
     params = {"scope": "all"}
     everything = ACTIONS["fp16"].apply(m, ACTIONS["fp16"].sites(m, params, ctx.target)[0], params, ctx)
-    from metainfer_core.normalize.graph_utils import with_outputs
+    from metainfer_core.ir.graph_utils import with_outputs
     exposed = with_outputs(everything, {"e|fp16": TensorProto.FLOAT16})
     assert not np.isfinite(run_cpu(exposed, feeds)[0][-1]).all()       # its fp16 values do overflow
     with warnings.catch_warnings():

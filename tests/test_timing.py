@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from metainfer_core.backends import create_backend
-from metainfer_core.timing import SETTLE, SETTLE_BELOW_MS, interleaved, runs_per_sample, settle_runs
+from metainfer_core.backends.timing import SETTLE, SETTLE_BELOW_MS, interleaved, runs_per_sample, settle_runs
 from tasks.compose import CONF_DIR
 
 
@@ -60,7 +60,7 @@ def test_only_measured_targets_settle():
 @pytest.mark.alone
 def test_micro_benchmark_repetitions_scale_with_the_kernels_duration():
     from metainfer_core.backends import create_backend
-    from metainfer_core.timing import MIN_REPS, scaled_reps
+    from metainfer_core.backends.timing import MIN_REPS, scaled_reps
 
     from graphs import matmul
 

@@ -6,7 +6,7 @@ layout (layout), kernel fusion (fuse_chain), low-precision substitution (fp16, b
 subgraph splitting (tiling), memory reuse (memory_reuse) and compute/copy overlap scheduling
 (schedule), and execution-path binding (binding: which runtime runs the plan, in which
 precision). Operator binding on a modeled device (device or host per kernel) is computed for every
-candidate by metainfer_core.kernels.bind; an action that would add an op the device lacks is illegal."""
+candidate by metainfer_core.ir.kernels.bind; an action that would add an op the device lacks is illegal."""
 from metainfer_core.actions.base import Action, ActionContext, Param, Site, Step
 from metainfer_core.actions.bf16 import Bf16
 from metainfer_core.actions.binding import Binding

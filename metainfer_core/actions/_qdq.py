@@ -28,8 +28,8 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins, wiring
-from metainfer_core.normalize.graph_utils import attr_value, clone, node_reads
-from metainfer_core.tensors import quiet_session_options, tensor_infos
+from metainfer_core.ir.graph_utils import attr_value, clone, node_reads
+from metainfer_core.ir.tensors import quiet_session_options, tensor_infos
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 PLACEMENTS = ("inputs_outputs", "inputs")

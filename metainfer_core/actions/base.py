@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.base import TargetInfo
-from metainfer_core.normalize.graph_utils import node_reads
+from metainfer_core.ir.graph_utils import node_reads
 
 
 @dataclass(frozen=True)
@@ -202,14 +202,14 @@ def cached(model: onnx.ModelProto, key: str, compute: Callable[[onnx.ModelProto]
 
 def infos_of(model: onnx.ModelProto):
     """tensor_infos(model), cached for this model object (see `cached`)."""
-    from metainfer_core.tensors import tensor_infos
+    from metainfer_core.ir.tensors import tensor_infos
 
     return cached(model, "infos", tensor_infos)
 
 
 def kernels_of(model: onnx.ModelProto):
     """group_kernels(model), cached for this model object (see `cached`)."""
-    from metainfer_core.kernels import group_kernels
+    from metainfer_core.ir.kernels import group_kernels
 
     return cached(model, "kernels", lambda m: group_kernels(m, infos_of(m)))
 

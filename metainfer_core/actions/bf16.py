@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.actions.base import Action, Param, commit_rewrite, derived, infos_of, lowered, wiring
 from metainfer_core.actions.fp16 import COMPUTE_OPS, lossy_sites
-from metainfer_core.directives import PRECISION_KEY, set_node_meta
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.directives import PRECISION_KEY, set_node_meta
+from metainfer_core.ir.graph_utils import clone
 
 _BF16 = "bfloat16"
 

@@ -13,8 +13,8 @@ import json
 
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.backends.paths import PRECISIONS, RUNTIMES, ExecutionPath
-from metainfer_core.directives import PATH_KEY, set_model_meta
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.directives import PATH_KEY, set_model_meta
+from metainfer_core.ir.graph_utils import clone
 
 
 def offered(target) -> list[str]:

@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import commit_rewrite, derived, wiring
-from metainfer_core.normalize.graph_utils import attr_value, clone
+from metainfer_core.ir.graph_utils import attr_value, clone
 
 OPS = ("Conv", "MatMul", "Gemm")
 

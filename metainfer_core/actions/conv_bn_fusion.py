@@ -6,7 +6,7 @@ without folding and for pairs that become adjacent after another rewrite."""
 from __future__ import annotations
 
 from metainfer_core.actions.base import Action, Site
-from metainfer_core.normalize.graph_utils import GraphIndex, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, sweep
 from metainfer_core.normalize.passes import fold_conv_bn
 
 

@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import MERGED, Action, Param, Site, cached, missing_ops, opset_of, wiring
-from metainfer_core.normalize.graph_utils import attr_value, clone
+from metainfer_core.ir.graph_utils import attr_value, clone
 
 _FLOATS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import onnx
 from onnx import numpy_helper
 
-from metainfer_core.normalize.graph_utils import GraphIndex, clone
+from metainfer_core.ir.graph_utils import GraphIndex, clone
 
 
 def with_float(quantized: onnx.ModelProto, original: onnx.ModelProto, floats: set[str]) -> onnx.ModelProto:

@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.actions.base import Action, Param, Site, commit_rewrite, derived, infos_of, lowered, wiring
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.graph_utils import clone
 
 COMPUTE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 # ops whose every float input and output may be float16 (ONNX type constraints allow it)

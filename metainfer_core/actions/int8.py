@@ -17,7 +17,7 @@ from metainfer_core.actions.binding import offered
 from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
 from metainfer_core.actions.ort_engine import ORT, ort_quantize
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.directives import PATH_KEY, set_model_meta
+from metainfer_core.ir.directives import PATH_KEY, set_model_meta
 from metainfer_core.actions.fp16 import is_float32_model
 
 

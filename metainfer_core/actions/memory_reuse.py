@@ -1,7 +1,7 @@
 """Memory reuse strategy (lossless, numerics untouched): records the buffer-sharing policy the
 device runtime must use for activations in the model's metadata_props
 (`metainfer.memory_strategy`): `none` (a buffer per tensor), `greedy` (greedy by size offsets)
-or `first_fit` (first-fit offsets in execution order); see metainfer_core.memory. The planner
+or `first_fit` (first-fit offsets in execution order); see metainfer_core.ir.memory. The planner
 and the simulator honour it; without it the target runtime's default applies.
 
 Illegal on a measured ONNX Runtime target: its arena planner is its own and the measured
@@ -9,9 +9,9 @@ backend does not read the record."""
 from __future__ import annotations
 
 from metainfer_core.actions.base import Action, Param, Site
-from metainfer_core.directives import STRATEGY_KEY, model_meta, set_model_meta
-from metainfer_core.memory import DEFAULT_STRATEGY, STRATEGIES
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.directives import STRATEGY_KEY, model_meta, set_model_meta
+from metainfer_core.ir.memory import DEFAULT_STRATEGY, STRATEGIES
+from metainfer_core.ir.graph_utils import clone
 
 
 def current_strategy(model, target) -> str:

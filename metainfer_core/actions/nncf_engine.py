@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 
 from metainfer_core.actions.float_rewire import with_float
-from metainfer_core.directives import INT8_ENGINE_KEY, set_model_meta
+from metainfer_core.ir.directives import INT8_ENGINE_KEY, set_model_meta
 
 NNCF = "nncf"
 _CACHE_KEY = "int8.nncf_results"

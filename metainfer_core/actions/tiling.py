@@ -31,9 +31,9 @@ from onnx import helper, numpy_helper
 from metainfer_core.actions.base import (Action, Param, Site, cached, commit_rewrite, derived, infos_of, missing_ops,
                                          opset_of, wiring)
 from metainfer_core.actions.channel_split import split_channels, splittable
-from metainfer_core.directives import FUSION_KEY, LAYOUT_KEY, node_meta, set_node_meta
-from metainfer_core.normalize.graph_utils import attr_value, clone
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.directives import FUSION_KEY, LAYOUT_KEY, node_meta, set_node_meta
+from metainfer_core.ir.graph_utils import attr_value, clone
+from metainfer_core.ir.tensors import tensor_infos
 
 WINDOWED = {"Conv", "MaxPool", "AveragePool"}
 ELEMENTWISE = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Erf", "Cast",

@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from metainfer_core.directives import PATH_KEY, model_meta
+from metainfer_core.ir.directives import PATH_KEY, model_meta
 
 RUNTIMES = ("onnxruntime", "openvino")
 PRECISIONS = ("f32", "bf16", "f16")

@@ -9,7 +9,7 @@ layout-sensitive kernel (conv, pooling) away from the device's `preferred_layout
 writing its input and output), as cuDNN/TensorRT reformat layers do; the `layout` action
 removes that.
 
-Operator binding is explicit (metainfer_core.kernels.bind): kernels the device cannot run (op
+Operator binding is explicit (metainfer_core.ir.kernels.bind): kernels the device cannot run (op
 outside its op set, a precision it has no datapath for, or pinned to the host) run on the host
 and every tensor crossing between host and device pays the link. Transfers add to the
 latency, unless the model records double buffering (metadata `metainfer.double_buffer`): then
@@ -34,10 +34,10 @@ import onnx
 import onnxruntime as ort
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
-from metainfer_core.directives import double_buffered
-from metainfer_core.kernels import Kernel, bind, crossings, group_kernels, unsupported_reason
-from metainfer_core.memory import DEFAULT_STRATEGY, MemoryPlan, model_strategy, plan_memory
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.directives import double_buffered
+from metainfer_core.ir.kernels import Kernel, bind, crossings, group_kernels, unsupported_reason
+from metainfer_core.ir.memory import DEFAULT_STRATEGY, MemoryPlan, model_strategy, plan_memory
+from metainfer_core.ir.tensors import tensor_infos
 
 _ALIGNED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 LAYOUT_SENSITIVE = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import shape_inference
 
-from metainfer_core.normalize.graph_utils import clone, iter_graphs
+from metainfer_core.ir.graph_utils import clone, iter_graphs
 from metainfer_core.normalize.shapes import observed_type, run_tensors, show_dims, symbolic_inputs
 
 RUNS = 2  # two seeds, so a data-dependent size is not taken for a static one

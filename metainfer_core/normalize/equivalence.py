@@ -1,6 +1,6 @@
 """Numerical equivalence of two models, both run by ONNX Runtime (CPU): on the user's inputs
 (data.inputs) when given, else on seeded random inputs that respect what the graph tells about
-its integer inputs (metainfer_core.tensors.integer_input_ranges)."""
+its integer inputs (metainfer_core.ir.tensors.integer_input_ranges)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from onnx import helper
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.messages import first_line
 from metainfer_core.normalize.shapes import real_inputs
-from metainfer_core.tensors import IntRange, integer_input_ranges, quiet_session_options, random_integers
+from metainfer_core.ir.tensors import IntRange, integer_input_ranges, quiet_session_options, random_integers
 
 Feeds = dict[str, np.ndarray]
 MAX_SAMPLES = 4     # real samples the check runs (a few cover the paths; all would cost a run each)

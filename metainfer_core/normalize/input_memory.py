@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.tensors import input_feeds_spec
+from metainfer_core.ir.tensors import input_feeds_spec
 
 
 def host_memory_bytes() -> int:

@@ -10,7 +10,7 @@ import onnx
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.shapes import real_inputs
-from metainfer_core.tensors import input_feeds_spec
+from metainfer_core.ir.tensors import input_feeds_spec
 
 Feeds = dict[str, np.ndarray]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from metainfer_core.normalize.graph_utils import is_op, iter_graphs, tensor_shapes
+from metainfer_core.ir.graph_utils import is_op, iter_graphs, tensor_shapes
 
 FIRST_BROADCAST_OPSET = 7
 

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.graph_utils import attr_value, describe, is_op, iter_graphs
+from metainfer_core.ir.graph_utils import attr_value, describe, is_op, iter_graphs
 
 FIRST_HALF_PIXEL_OPSET = 11
 

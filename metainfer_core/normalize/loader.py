@@ -8,7 +8,7 @@ import onnx
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model, uses_external_data
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.graph_utils import iter_graphs
+from metainfer_core.ir.graph_utils import iter_graphs
 from metainfer_core.normalize.messages import first_line
 
 # A ModelProto is serialised whole by protobuf, which caps a message at 2 GiB.

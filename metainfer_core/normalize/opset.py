@@ -6,7 +6,7 @@ import onnx
 from onnx import helper, version_converter
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.graph_utils import AI_ONNX, describe, iter_graphs
+from metainfer_core.ir.graph_utils import AI_ONNX, describe, iter_graphs
 from metainfer_core.normalize.legacy_prelu import keep_channel_slopes
 from metainfer_core.normalize.legacy_resize import keep_old_semantics
 from metainfer_core.normalize.messages import first_line

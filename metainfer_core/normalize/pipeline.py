@@ -11,7 +11,7 @@ import onnx
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.declared import reconcile_declared_shapes, reconcile_with_run
 from metainfer_core.normalize.equivalence import max_abs_errors
-from metainfer_core.normalize.graph_utils import Shape, topological_sort
+from metainfer_core.ir.graph_utils import Shape, topological_sort
 from metainfer_core.normalize.opset import default_opset, to_canonical_opset
 from metainfer_core.normalize.passes import (
     cancel_transposes,

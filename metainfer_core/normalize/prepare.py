@@ -18,7 +18,7 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
 from metainfer_core.settings import Settings
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 
 Progress = Callable[[str], None]
 

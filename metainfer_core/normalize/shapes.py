@@ -7,9 +7,9 @@ import onnx
 from onnx import helper, shape_inference
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
+from metainfer_core.ir.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
 from metainfer_core.normalize.messages import first_line
-from metainfer_core.tensors import quiet_session_options, random_feeds
+from metainfer_core.ir.tensors import quiet_session_options, random_feeds
 
 
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

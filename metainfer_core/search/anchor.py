@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.base import Backend
-from metainfer_core.timing import interleaved, settle_runs
+from metainfer_core.backends.timing import interleaved, settle_runs
 
 TIMED_MS = 1000.0      # timed runs aim at about this much in all
 MAX_ROUNDS = 10

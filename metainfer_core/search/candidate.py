@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from metainfer_core.actions.base import Step
-from metainfer_core.directives import FUSION_KEY, SCHEDULE_KEY
+from metainfer_core.ir.directives import FUSION_KEY, SCHEDULE_KEY
 
 
 def _h(*parts) -> str:

@@ -23,9 +23,9 @@ from metainfer_core.actions.base import infos_of, kernels_of, origins
 from metainfer_core.actions.float_layers import numeric_steps, provide_ranking, share_of
 from metainfer_core.backends.base import TargetInfo
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.directives import double_buffered
-from metainfer_core.kernels import Kernel, bind, crossings
-from metainfer_core.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
+from metainfer_core.ir.directives import double_buffered
+from metainfer_core.ir.kernels import Kernel, bind, crossings
+from metainfer_core.ir.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts, graph_class

@@ -24,8 +24,8 @@ from metainfer_core.accuracy import LossFn
 from metainfer_core.actions.base import has_op
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.directives import INT8_ENGINE_KEY, model_meta
-from metainfer_core.timing import interleaved, runs_per_sample, settle_runs
+from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta
+from metainfer_core.backends.timing import interleaved, runs_per_sample, settle_runs
 
 ROUNDS = 5
 BUDGET_MS = 3000       # timing one (path, graph class) aims at about this much
@@ -72,7 +72,7 @@ def quantized_ops(model: onnx.ModelProto) -> tuple[str, ...]:
 
 
 def unbound(model: onnx.ModelProto) -> onnx.ModelProto:
-    from metainfer_core.directives import PATH_KEY
+    from metainfer_core.ir.directives import PATH_KEY
 
     out = onnx.ModelProto()
     out.CopyFrom(model)

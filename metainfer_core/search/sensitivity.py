@@ -41,8 +41,8 @@ from onnx import helper
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import DERIVED, derived, infos_of, origins
-from metainfer_core.normalize.graph_utils import clone, subgraphs, with_outputs
-from metainfer_core.tensors import quiet_session_options, tensor_infos
+from metainfer_core.ir.graph_utils import clone, subgraphs, with_outputs
+from metainfer_core.ir.tensors import quiet_session_options, tensor_infos
 
 MAX_PROBES = 48
 PROBE_NODE_BUDGET = 6000        # probes x graph nodes per variant: a probe runs the whole graph

@@ -13,7 +13,7 @@ import onnx
 
 from metainfer_core.accuracy import LossFn, plan_loss
 from metainfer_core.backends.base import Backend, Compiled
-from metainfer_core.timing import interleaved, scaled_reps, settle_runs
+from metainfer_core.backends.timing import interleaved, scaled_reps, settle_runs
 
 MIN_ROUNDS = 7     # the median and p90 of fewer timed runs say little
 

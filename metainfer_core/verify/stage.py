@@ -13,13 +13,13 @@ from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.budget import eta
-from metainfer_core.kernels import group_kernels
+from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.normalize.prepare import Prepared
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
-from metainfer_core.timing import runs_per_sample
+from metainfer_core.backends.timing import runs_per_sample
 from metainfer_core.verify.measure import MIN_ROUNDS, Verified, verify
 
 Progress = Callable[[str], None]

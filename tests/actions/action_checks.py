@@ -13,7 +13,7 @@ import onnx
 
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 
 from twins import backend
 

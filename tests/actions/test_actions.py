@@ -10,10 +10,10 @@ from onnx import TensorProto, helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.actions.base import Param
-from metainfer_core.directives import FUSION_KEY
-from metainfer_core.kernels import group_kernels
+from metainfer_core.ir.directives import FUSION_KEY
+from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.normalize import normalize
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics

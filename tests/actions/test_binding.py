@@ -11,7 +11,7 @@ from metainfer_core.actions import ACTIONS
 from metainfer_core.backends.ov_backend import device_precisions
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.search.candidate import graph_hash
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import ATOL, RTOL

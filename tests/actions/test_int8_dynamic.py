@@ -10,7 +10,7 @@ from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, Site
 from metainfer_core.backends import create_backend
 from metainfer_core.normalize import normalize
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from twins import HOST_SPEC as SPEC, backend

@@ -14,7 +14,7 @@ from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.normalize import normalize
 from metainfer_core.search import Evaluator, beam_search
 from metainfer_core.search.sensitivity import Sensitivity
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from test_binding import bind

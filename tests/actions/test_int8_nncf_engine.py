@@ -10,7 +10,7 @@ from pathlib import Path
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.directives import INT8_ENGINE_KEY, model_meta
+from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta
 from metainfer_core.normalize import normalize
 from metainfer_core.search.path_costs import PathCosts, graph_class
 from metainfer_core.zoo import build

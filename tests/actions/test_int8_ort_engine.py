@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from metainfer_core.actions import ACTIONS, Site, Step
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.directives import INT8_ENGINE_KEY, model_meta
+from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta
 from metainfer_core.normalize import normalize
 from metainfer_core.search.beam import _lossy_label
 from metainfer_core.search.path_costs import PathCosts, graph_class

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.accuracy import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 
 from graphs import model_of
 

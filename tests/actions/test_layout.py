@@ -3,8 +3,8 @@ layout-sensitive ops wrapped by adapters the kernel grouper folds into channels-
 from __future__ import annotations
 
 from metainfer_core.actions import ACTIONS
-from metainfer_core.directives import LAYOUT_KEY, node_meta
-from metainfer_core.kernels import group_kernels, is_adapter
+from metainfer_core.ir.directives import LAYOUT_KEY, node_meta
+from metainfer_core.ir.kernels import group_kernels, is_adapter
 from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 

@@ -7,9 +7,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.accuracy import run_cpu
 from metainfer_core.actions import ACTIONS
-from metainfer_core.kernels import bind, group_kernels
-from metainfer_core.directives import BIND_KEY, STRATEGY_KEY
-from metainfer_core.memory import model_strategy
+from metainfer_core.ir.kernels import bind, group_kernels
+from metainfer_core.ir.directives import BIND_KEY, STRATEGY_KEY
+from metainfer_core.ir.memory import model_strategy
 from metainfer_core.normalize import normalize
 from metainfer_core.zoo import build
 

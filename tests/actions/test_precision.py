@@ -11,10 +11,10 @@ from onnx import numpy_helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.actions._qdq import _weight_axis
-from metainfer_core.directives import PRECISION_KEY, node_meta
-from metainfer_core.kernels import group_kernels
+from metainfer_core.ir.directives import PRECISION_KEY, node_meta
+from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.normalize import normalize
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from action_checks import apply, loss, ops
@@ -196,7 +196,7 @@ def test_int8_per_axis_dequantize_of_a_rank3_matmul_weight_is_what_onnxruntime_r
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
-    from metainfer_core.tensors import quiet_session_options
+    from metainfer_core.ir.tensors import quiet_session_options
 
     w = np.random.default_rng(0).standard_normal((2, 16, 8)).astype(np.float32)
     scale = (np.abs(w).max(axis=(0, 1)) / 127).astype(np.float32)

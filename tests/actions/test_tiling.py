@@ -5,10 +5,10 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.actions import ACTIONS
-from metainfer_core.kernels import group_kernels
-from metainfer_core.memory import plan_memory
+from metainfer_core.ir.kernels import group_kernels
+from metainfer_core.ir.memory import plan_memory
 from metainfer_core.normalize import normalize
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.tensors import tensor_infos
 from metainfer_core.zoo import build
 
 from action_checks import apply, ops, same_numerics

@@ -7,7 +7,7 @@ import pytest
 
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import create_backend
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from graphs import conv_chain, matmul

@@ -13,8 +13,8 @@ from metainfer_core.actions import ACTIONS
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.ov_backend import OpenVinoBackend, OvCompiled, device_precisions
 from metainfer_core.backends.paths import ExecutionPath, offered_paths
-from metainfer_core.directives import PATH_KEY
-from metainfer_core.tensors import random_feeds
+from metainfer_core.ir.directives import PATH_KEY
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
 from graphs import conv_chain

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metainfer_core.backends.published import PUBLISHED, TOLERANCE, simulated_ms, vendor_plan, reference_network
-from metainfer_core.directives import DOUBLE_BUFFER_KEY
-from metainfer_core.kernels import group_kernels
+from metainfer_core.zoo.published import PUBLISHED, TOLERANCE, simulated_ms, vendor_plan, reference_network
+from metainfer_core.ir.directives import DOUBLE_BUFFER_KEY
+from metainfer_core.ir.kernels import group_kernels
 
 from twins import backend
 

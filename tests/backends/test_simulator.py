@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.directives import BIND_KEY
-from metainfer_core.kernels import group_kernels
-from metainfer_core.tensors import random_feeds, tensor_infos
+from metainfer_core.ir.directives import BIND_KEY
+from metainfer_core.ir.kernels import group_kernels
+from metainfer_core.ir.tensors import random_feeds, tensor_infos
 from metainfer_core.zoo import build
 
 from graphs import conv_chain

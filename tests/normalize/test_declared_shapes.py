@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from metainfer_core.normalize import normalize
-from metainfer_core.normalize.graph_utils import tensor_shapes
+from metainfer_core.ir.graph_utils import tensor_shapes
 from metainfer_core.normalize.declared import reconcile_with_run
 
 from .graphs import const, value, weights

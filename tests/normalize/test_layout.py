@@ -1,6 +1,6 @@
 from onnx import helper
 
-from metainfer_core.normalize.graph_utils import attr_value
+from metainfer_core.ir.graph_utils import attr_value
 from metainfer_core.normalize.passes import layout
 
 from .graphs import assert_rewrite, model, value

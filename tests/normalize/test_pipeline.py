@@ -6,7 +6,7 @@ from onnx import helper
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize import CANONICAL_OPSET, normalize
 from metainfer_core.normalize import pipeline as pipeline_module
-from metainfer_core.normalize.graph_utils import tensor_shapes
+from metainfer_core.ir.graph_utils import tensor_shapes
 
 from .graphs import bn_params, const, growing_loop, if_node, model, op_types, value, weights
 

@@ -11,8 +11,8 @@ from onnx import TensorProto, helper
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize import normalize
 from metainfer_core.normalize.equivalence import random_inputs
-from metainfer_core.normalize.graph_utils import tensor_shapes
-from metainfer_core.tensors import integer_input_ranges, random_feeds
+from metainfer_core.ir.graph_utils import tensor_shapes
+from metainfer_core.ir.tensors import integer_input_ranges, random_feeds
 
 from .graphs import const, growing_loop, model, value, weights
 

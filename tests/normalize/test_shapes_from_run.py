@@ -10,7 +10,7 @@ from onnx import TensorProto as T, helper as h, numpy_helper as nh
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize import normalize
-from metainfer_core.normalize.graph_utils import tensor_shapes
+from metainfer_core.ir.graph_utils import tensor_shapes
 from metainfer_core.normalize.shapes import check_complete, fill_from_run, incomplete_tensors, infer_shapes
 
 

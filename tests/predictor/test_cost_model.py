@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.kernels import group_kernels
+from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.normalize import normalize
 from metainfer_core.predictor import CostModel, PredictorStore, load_or_train
 from metainfer_core.predictor.features.plan_graph import describe
-from metainfer_core.tensors import tensor_infos
+from metainfer_core.ir.tensors import tensor_infos
 from metainfer_core.zoo import build
 
 from predictor.conftest import PARAMS

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.kernels import group_kernels
+from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.normalize import normalize
 from metainfer_core.predictor import CostModel, PredictorStore, TargetSpec, kernel_params
 from metainfer_core.predictor.dataset import in_graph
@@ -17,7 +17,7 @@ from metainfer_core.predictor.lifecycle.fine_tune import fine_tune
 from metainfer_core.predictor.features.graph_context import in_context
 from metainfer_core.predictor.model.labels import latency_ms
 from metainfer_core.predictor.features.plan_graph import describe
-from metainfer_core.tensors import random_feeds, tensor_infos
+from metainfer_core.ir.tensors import random_feeds, tensor_infos
 
 from predictor.conftest import target
 

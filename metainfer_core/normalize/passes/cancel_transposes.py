@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from metainfer_core.normalize.graph_utils import GraphIndex, is_op, sweep, transpose_perm
+from metainfer_core.ir.graph_utils import GraphIndex, is_op, sweep, transpose_perm
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:

@@ -18,7 +18,7 @@ import onnx
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from metainfer_core.normalize.graph_utils import (
+from metainfer_core.ir.graph_utils import (
     NON_DETERMINISTIC,
     GraphIndex,
     attr_value,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import NON_DETERMINISTIC, GraphIndex, subgraphs, sweep
+from metainfer_core.ir.graph_utils import NON_DETERMINISTIC, GraphIndex, subgraphs, sweep
 
 
 # Kept over onnx_ir's CommonSubexpressionEliminationPass: it joins equal graph outputs by an Identity, merges Bernoulli draws.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, is_op, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, is_op, sweep
 
 
 # Kept over onnx_ir's IdentityEliminationPass: it leaves inference Dropouts, and its IR round trip costs more than this pass.

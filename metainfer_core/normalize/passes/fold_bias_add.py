@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, attr_value, is_op, sweep
 
 _GEMM_DTYPES = (np.float32, np.float64)  # what ONNX Runtime's CPU Gemm kernels take
 

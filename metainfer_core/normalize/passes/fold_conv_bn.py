@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, attr_value, is_op, sweep
 
 CONVS = ("Conv", "ConvTranspose")
 

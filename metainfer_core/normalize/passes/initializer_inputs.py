@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import clone, set_repeated
+from metainfer_core.ir.graph_utils import clone, set_repeated
 
 
 # Kept over onnx_ir's RemoveInitializersFromInputsPass: the same result, but its IR round trip costs 50x this pass.

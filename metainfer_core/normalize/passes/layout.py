@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, attr_value, is_op, sweep
 from metainfer_core.normalize.passes.cancel_transposes import (
     drop_if_identity,
     merge_with_producer,

@@ -13,7 +13,7 @@ import math
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, static_shape, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, attr_value, is_op, static_shape, sweep
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import onnx
 
-from metainfer_core.normalize.graph_utils import clone
+from metainfer_core.ir.graph_utils import clone
 
 
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from metainfer_core.normalize.graph_utils import GraphIndex, attr_value, is_op, static_shape, sweep
+from metainfer_core.ir.graph_utils import GraphIndex, attr_value, is_op, static_shape, sweep
 
 SOFTMAX_LIKE = ("Softmax", "LogSoftmax", "Hardmax")
 

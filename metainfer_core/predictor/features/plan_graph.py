@@ -10,10 +10,10 @@ import math
 
 import onnx
 
-from metainfer_core.directives import BIND_KEY, node_meta, plan_meta
+from metainfer_core.ir.directives import BIND_KEY, node_meta, plan_meta
 from metainfer_core.features import kernel_features
-from metainfer_core.kernels import Kernel, group_kernels
-from metainfer_core.tensors import TensorInfo, tensor_infos
+from metainfer_core.ir.kernels import Kernel, group_kernels
+from metainfer_core.ir.tensors import TensorInfo, tensor_infos
 
 
 def describe_kernels(kernels: list[Kernel], infos: dict[str, TensorInfo] | None = None,

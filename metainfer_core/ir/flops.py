@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from metainfer_core.tensors import TensorInfo
+from metainfer_core.ir.tensors import TensorInfo
 
 _PER_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "BatchNormalization": 2,
                 "InstanceNormalization": 8, "Erf": 8, "Sigmoid": 4, "Tanh": 4, "Exp": 4, "Gelu": 8,

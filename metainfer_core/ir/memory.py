@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from metainfer_core.directives import STRATEGY_KEY, model_meta
-from metainfer_core.kernels import Kernel
-from metainfer_core.tensors import TensorInfo
+from metainfer_core.ir.directives import STRATEGY_KEY, model_meta
+from metainfer_core.ir.kernels import Kernel
+from metainfer_core.ir.tensors import TensorInfo
 
 STRATEGIES = ("none", "greedy", "first_fit")
 DEFAULT_STRATEGY = "greedy"

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from metainfer_core.directives import ADAPTER, BIND_KEY, FUSION_KEY, LAYOUT_KEY, PRECISION_KEY, node_meta
-from metainfer_core.flops import attrs, node_flops
-from metainfer_core.tensors import TensorInfo, tensor_infos
+from metainfer_core.ir.directives import ADAPTER, BIND_KEY, FUSION_KEY, LAYOUT_KEY, PRECISION_KEY, node_meta
+from metainfer_core.ir.flops import attrs, node_flops
+from metainfer_core.ir.tensors import TensorInfo, tensor_infos
 
 TO_NCHW, TO_NHWC = [0, 3, 1, 2], [0, 2, 3, 1]
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
