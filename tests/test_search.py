@@ -354,10 +354,10 @@ def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monke
     ev = Evaluator(LaunchBound(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
     scored, real = [], Evaluator.evaluate
 
-    def slow(self, c, parent=None):
+    def slow(self, c, parent=None, origin=None):
         time.sleep(0.1)
         scored.append(c.key)
-        return real(self, c, parent)
+        return real(self, c, parent, origin)
 
     monkeypatch.setattr(Evaluator, "evaluate", slow)
     levels = []
@@ -571,9 +571,9 @@ def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(
                    anchor_ms=measured_default_ms(be, m, feeds[0]))
     scored, real = [], Evaluator.evaluate
 
-    def keep(self, c, parent=None):
+    def keep(self, c, parent=None, origin=None):
         scored.append(c)
-        return real(self, c, parent)
+        return real(self, c, parent, origin)
 
     space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
     with pytest.MonkeyPatch.context() as mp:
@@ -584,6 +584,37 @@ def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(
     assert len(int8) == 2 and list(ev.graph_anchors) == [int8[0].key], (ev.graph_anchors, [c.steps for c in int8])
     for c in int8:
         measured = measured_default_ms(be, c.model, feeds[0])     # on its own path
+        assert 0.5 < c.latency_ms / measured < 2.0, (c.steps, c.latency_ms, measured)
+
+
+def test_a_lossless_rewrite_of_an_anchored_graph_keeps_its_anchor(models):
+    """int8 kernels predicted 10x slow; the int8 graph anchored where binding it timed it. Its
+    tilings, lossless rewrites of it, are predicted within 2x of what they measure, as it is
+    (unanchored they were 10x off)."""
+    from metainfer_core.search.anchor import measured_default_ms
+    from metainfer_core.search.path_costs import PathCosts
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(_Priced(**INT8_SLOW), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
+                   paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss),
+                   anchor_ms=measured_default_ms(be, m, feeds[0]))
+    space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]},
+             "tiling": {"tiles": [2], "axis": ["height"]}}
+    scored, real = [], Evaluator.evaluate
+
+    def keep(self, c, parent=None, origin=None):
+        scored.append(c)
+        return real(self, c, parent, origin)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Evaluator, "evaluate", keep)
+        beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=2,
+                    top_k=3, time_budget_s=120)
+    tiled = [c for c in scored if [st.kind for st in c.steps] == ["int8", "tiling"]]
+    assert tiled and ev.graph_anchors, [[st.kind for st in c.steps] for c in scored]
+    for c in tiled:
+        measured = measured_default_ms(be, c.model, feeds[0])
         assert 0.5 < c.latency_ms / measured < 2.0, (c.steps, c.latency_ms, measured)
 
 

@@ -391,7 +391,7 @@ class _Search:
             return None
         self.seen.add(cand.key)
         try:
-            self.evaluator.evaluate(cand, parent=state if same_graph else None)
+            self.evaluator.evaluate(cand, parent=state if same_graph else None, origin=state)
         except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
             result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
             return None

@@ -81,9 +81,12 @@ class Evaluator:
         self.timings: dict[str, float] = defaultdict(float)
         self.modeled = target.measurement == "modeled"
 
-    def measure(self, c: Candidate, parent: Candidate | None = None) -> Candidate:
+    def measure(self, c: Candidate, parent: Candidate | None = None, origin: Candidate | None = None) -> Candidate:
         """parent: a candidate with the very same graph (only plan-wide metadata differs), whose
-        latency prediction is then reused: the predictor sees kernels, and they are the same."""
+        latency prediction is then reused: the predictor sees kernels, and they are the same.
+        origin: the plan `c` is a step from; a lossless step keeps its anchor (a tiling of an
+        anchored int8 graph is misread as that graph is, where unanchored it was predicted 6x
+        apart from it)."""
         t0 = time.perf_counter()
         m = c.model
         infos = infos_of(m)
@@ -124,7 +127,10 @@ class Evaluator:
         graph_key = parent.key if parent is not None else c.key     # a plan-wide step keeps its parent's graph
         if not path.is_default:
             cost = self._path_cost(c, path, latency, graph_key)
-        c.graph_anchor = self.graph_anchors.get(graph_key, 1.0)
+        anchor = self.graph_anchors.get(graph_key)
+        if anchor is None and origin is not None and c.steps and c.steps[-1].kind not in self.lossy:
+            anchor = origin.graph_anchor
+        c.graph_anchor = 1.0 if anchor is None else anchor
         latency *= c.graph_anchor
         if cost is not None and cost.error is None:
             latency *= cost.ratio
@@ -297,13 +303,13 @@ class Evaluator:
             c.violation = f"execution path: {c.binding['path']} failed ({c.binding['path_error']})"
         return c
 
-    def evaluate(self, c: Candidate, parent: Candidate | None = None) -> Candidate:
-        return self.finish(self.measure(c, parent))
+    def evaluate(self, c: Candidate, parent: Candidate | None = None, origin: Candidate | None = None) -> Candidate:
+        return self.finish(self.measure(c, parent, origin))
 
     def reanchor(self, c: Candidate) -> Candidate:
         """Re-score `c` by its anchor where binding its graph timed it after `c` was scored."""
-        anchor = self.graph_anchors.get(c.key, 1.0)
-        if anchor != c.graph_anchor:
+        anchor = self.graph_anchors.get(c.key)
+        if anchor is not None and anchor != c.graph_anchor:
             c.latency_ms *= anchor / c.graph_anchor
             c.graph_anchor = anchor
             self.finish(c)
