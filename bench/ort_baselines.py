@@ -17,7 +17,7 @@ import onnx
 
 from bench import peers
 from bench.labels import PEERS
-from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.normalize.inputs import load_samples, sample_feeds
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.backends.timing import SETTLE

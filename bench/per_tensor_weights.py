@@ -16,7 +16,7 @@ import numpy as np
 
 from metainfer_core import zoo
 from metainfer_core.backends import backend_for
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.predictor.dataset.training_set import zoo_entries
 from metainfer_core.backends.timing import SETTLE, interleaved

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import yaml
 
-from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint import FingerprintLibrary

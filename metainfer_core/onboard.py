@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.backends import Backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import kernel_model, profile

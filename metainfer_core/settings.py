@@ -94,7 +94,7 @@ class AccuracySettings(Strict):
     @field_validator("metric")
     @classmethod
     def _metric_form(cls, metric: str) -> str:
-        from metainfer_core.accuracy import METRICS
+        from metainfer_core.accuracy.metric import METRICS
 
         if metric not in METRICS and ":" not in metric:
             raise ValueError(f"{metric!r} is neither one of {list(METRICS)} nor a 'package.module:function'")
@@ -243,7 +243,7 @@ class Settings(Strict):
     def _config_code(self) -> "Settings":
         """Code the configuration names outside meta-infer (a `package.module:function` metric, a
         `_target_` backend class elsewhere) runs when imported: only with trust_config_code=true."""
-        from metainfer_core.accuracy import METRICS, make_loss
+        from metainfer_core.accuracy.metric import METRICS, make_loss
 
         named = []
         if self.accuracy.metric not in METRICS:

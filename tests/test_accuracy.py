@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metainfer_core.accuracy import degenerate_outputs, make_loss, plan_loss, rel_l2_loss, top1_loss
+from metainfer_core.accuracy.metric import degenerate_outputs, make_loss, plan_loss, rel_l2_loss, top1_loss
 
 
 def _logits(n=8, c=5, seed=0):

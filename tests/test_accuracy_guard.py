@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.accuracy import plan_loss, run_cpu
-from metainfer_core.accuracy_guard import node_errors, repair
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
+from metainfer_core.accuracy.guard import node_errors, repair
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.ir.tensors import random_feeds
 

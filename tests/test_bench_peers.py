@@ -10,7 +10,7 @@ import pytest
 
 from bench import labels, ort_baselines, peers
 from metainfer_core import zoo
-from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.ir.tensors import random_feeds
 
 
@@ -108,7 +108,7 @@ def test_accuracy_aware_int8_reverts_layers_to_meet_a_tight_bound(mlp):
     """NNCF's accuracy-aware peer judged by the suite's own loss: with a loose bound it keeps
     plain int8; with a bound tighter than int8's loss it reverts layers to float (within its
     iteration cap) and loses less on the same inputs."""
-    from metainfer_core.accuracy import plan_loss
+    from metainfer_core.accuracy.metric import plan_loss
 
     feeds = [random_feeds(mlp, seed=i) for i in range(4)]
     reference = run_cpu(mlp, feeds)

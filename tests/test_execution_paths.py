@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.ov_backend import device_precisions

@@ -11,7 +11,7 @@ from metainfer_core.decide import decide_stage
 from metainfer_core.normalize.prepare import prepare
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome
-from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Step
 from metainfer_core.actions.base import kernels_of
 from metainfer_core.fingerprint import FingerprintLibrary
@@ -442,7 +442,7 @@ def test_a_slow_precision_does_not_price_an_execution_path_out_of_the_budget(mod
     import time
 
     from metainfer_core.search.path_costs import PathCosts
-    from metainfer_core.search.sensitivity import Sensitivity
+    from metainfer_core.accuracy.sensitivity import Sensitivity
 
     m, feeds, reference = models["resnet_tiny"]
     be = backend("cpu")

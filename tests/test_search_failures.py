@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 
-from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.normalize import normalize

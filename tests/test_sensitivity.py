@@ -1,4 +1,4 @@
-"""Per-node accuracy sensitivity (search/sensitivity.py): a lossy variant costs a few
+"""Per-node accuracy sensitivity (accuracy/sensitivity.py): a lossy variant costs a few
 whole-model runs whatever the graph's size, its per-node ranking agrees with lowering each node
 alone, its estimate of lowering everything is the loss of doing so, estimates grow with the
 nodes a plan lowers, and a graph the one-pass trace cannot take falls back to block probes."""
@@ -10,10 +10,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from scipy.stats import spearmanr
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.normalize import normalize
-from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
+from metainfer_core.accuracy.sensitivity import MAX_PROBES, Sensitivity
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 
@@ -247,7 +247,7 @@ def test_an_fp16_overflow_is_a_finding_not_a_nan_or_a_warning():
     warning reaches the terminal."""
     import warnings
 
-    from metainfer_core.search.sensitivity import OVERFLOW_LOSS
+    from metainfer_core.accuracy.sensitivity import OVERFLOW_LOSS
 
     m, feeds, reference, ctx = prepared(overflowing_graph())
     params = {"scope": "all"}

@@ -29,7 +29,8 @@ from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, origins, wiring
 from metainfer_core.ir.graph_utils import attr_value, clone, node_reads
-from metainfer_core.ir.tensors import quiet_session_options, tensor_infos
+from metainfer_core.ir.runs import exposed_runs
+from metainfer_core.ir.tensors import tensor_infos
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
 PLACEMENTS = ("inputs_outputs", "inputs")
@@ -103,16 +104,9 @@ def calibrate(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], method
     names = [i.name for i in model.graph.input if i.name not in inits]
     names += [o for n in model.graph.node for o in n.output if o]
     names = [t for t in dict.fromkeys(names) if t in infos and infos[t].dtype == np.float32]
-    probe = clone(model)
-    have = {o.name for o in probe.graph.output}
-    probe.graph.output.extend(helper.make_tensor_value_info(t, _F32, None) for t in names if t not in have)
-    so = quiet_session_options(intra_op_num_threads=1,
-                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    sess = ort.InferenceSession(probe.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    wanted = [o.name for o in sess.get_outputs() if o.name in set(names)]
-    spec = {i.name for i in sess.get_inputs()}
-    runs = [sess.run(wanted, {k: v for k, v in f.items() if k in spec}) for f in feeds]
-    return {t: _range(np.concatenate([np.asarray(r[j]).ravel() for r in runs]), method) for j, t in enumerate(wanted)}
+    runs = list(exposed_runs(model, names, feeds, {t: _F32 for t in names},
+                             optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL))
+    return {t: _range(np.concatenate([np.asarray(r[j]).ravel() for r in runs]), method) for j, t in enumerate(names)}
 
 
 class RangeTable:

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from metainfer_core import zoo
-from metainfer_core.accuracy import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
+from metainfer_core.accuracy.metric import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.errors import MetaInferError
 from metainfer_core.features import model_feature_map
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs

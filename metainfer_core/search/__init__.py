@@ -4,6 +4,6 @@ from metainfer_core.search.beam import SearchResult, beam_search
 from metainfer_core.search.candidate import Candidate, graph_hash
 from metainfer_core.search.evaluate import Evaluator
 from metainfer_core.search.score import Weights
-from metainfer_core.search.sensitivity import Sensitivity
+from metainfer_core.accuracy.sensitivity import Sensitivity
 
 __all__ = ["Candidate", "Evaluator", "SearchResult", "Sensitivity", "Weights", "beam_search", "graph_hash"]

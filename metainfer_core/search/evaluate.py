@@ -2,7 +2,7 @@
 (its whole-graph prediction, CostModel.predict_ms; minus, where the plan double-buffers host<->device transfers, the part of each transfer that
 hides behind the previous kernel), peak memory from the liveness planner under the plan's
 buffer-sharing policy, accuracy loss from per-node sensitivity measured once per model
-(search/sensitivity.py; lossless candidates are exact). Each candidate also gets its operator
+(accuracy/sensitivity.py; lossless candidates are exact). Each candidate also gets its operator
 binding: which kernels the device runs and which fall back to the host, and why. A candidate
 bound to another execution path gets its graph's prediction times that path's measured latency
 ratio, and the accuracy loss the path adds (search/path_costs.py); its exact check runs there.
@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import infos_of, kernels_of, origins
 from metainfer_core.actions.float_layers import numeric_steps, provide_ranking, share_of
@@ -30,7 +30,7 @@ from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts, graph_class
 from metainfer_core.search.score import Weights, memory_base, violation
-from metainfer_core.search.sensitivity import MAX_PROBES, Sensitivity
+from metainfer_core.accuracy.sensitivity import MAX_PROBES, Sensitivity
 
 
 def per_kernel_ms(cost_model: CostModel, kernels: list[Kernel]) -> np.ndarray:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from metainfer_core.accuracy import LossFn
+from metainfer_core.accuracy.metric import LossFn
 from metainfer_core.actions.base import has_op
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath

@@ -37,7 +37,7 @@ class SearchOutcome:
 def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: CostModel,
                  progress: Progress = print, allowance_s: float | None = None) -> SearchOutcome:
     """allowance_s: the search's share of budget.total_s (search.time_budget_s caps it too)."""
-    from metainfer_core.accuracy import plan_loss
+    from metainfer_core.accuracy.metric import plan_loss
 
     t0 = time.perf_counter()
     info = backend.info

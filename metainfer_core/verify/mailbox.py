@@ -23,7 +23,7 @@ import onnx
 from sqlalchemy import DateTime, Integer, LargeBinary, String, Text, delete, select
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from metainfer_core.accuracy import LossFn
+from metainfer_core.accuracy.metric import LossFn
 from metainfer_core.backends.base import Backend
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.library import Base, FingerprintLibrary

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import onnx
 
-from metainfer_core.accuracy import LossFn, plan_loss
+from metainfer_core.accuracy.metric import LossFn, plan_loss
 from metainfer_core.backends.base import Backend, Compiled
 from metainfer_core.backends.timing import interleaved, scaled_reps, settle_runs
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from metainfer_core.accuracy import run_cpu
-from metainfer_core.accuracy_guard import repair
+from metainfer_core.accuracy.metric import run_cpu
+from metainfer_core.accuracy.guard import repair
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath

@@ -11,7 +11,7 @@ from collections import Counter
 import numpy as np
 import onnx
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.ir.tensors import random_feeds
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import onnx
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, Site
 from metainfer_core.backends import create_backend
 from metainfer_core.normalize import normalize

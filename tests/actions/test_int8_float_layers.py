@@ -7,13 +7,13 @@ import numpy as np
 import onnx
 import pytest
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand
 from metainfer_core.actions.float_layers import EXACT_FIT_PROBES, most_sensitive, provide_ranking
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.normalize import normalize
 from metainfer_core.search import Evaluator, beam_search
-from metainfer_core.search.sensitivity import Sensitivity
+from metainfer_core.accuracy.sensitivity import Sensitivity
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta

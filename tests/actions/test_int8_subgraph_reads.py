@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.ir.tensors import random_feeds
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.accuracy import run_cpu
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.ir.kernels import bind, group_kernels
 from metainfer_core.ir.directives import BIND_KEY, STRATEGY_KEY

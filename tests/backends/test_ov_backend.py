@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.ov_backend import OpenVinoBackend, OvCompiled, device_precisions

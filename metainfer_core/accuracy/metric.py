@@ -8,10 +8,9 @@ import importlib
 from typing import Callable
 
 import numpy as np
-import onnxruntime as ort
 import onnx
 
-from metainfer_core.ir.tensors import ORT_LOG_SEVERITY
+from metainfer_core.ir.runs import cpu_session
 
 
 def cosine_loss(ref: np.ndarray, out: np.ndarray) -> float:
@@ -51,11 +50,8 @@ def degenerate_outputs(reference: list[list[np.ndarray]], names: list[str], rel_
 
 
 def run_cpu(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]]) -> list[list[np.ndarray]]:
-    """Reference-grade numerics: ONNX Runtime CPU, no graph optimisations that change math."""
-    so = ort.SessionOptions()
-    so.log_severity_level = ORT_LOG_SEVERITY
-    so.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    """Reference-grade numerics: ONNX Runtime CPU, one thread."""
+    sess = cpu_session(model)
     return [sess.run(None, f) for f in feeds]
 
 

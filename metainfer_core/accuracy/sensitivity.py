@@ -35,14 +35,14 @@ from typing import Callable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 
-from metainfer_core.accuracy import plan_loss, run_cpu
+from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import DERIVED, derived, infos_of, origins
 from metainfer_core.ir.graph_utils import clone, subgraphs, with_outputs
-from metainfer_core.ir.tensors import quiet_session_options, tensor_infos
+from metainfer_core.ir.runs import exposed_runs
+from metainfer_core.ir.tensors import tensor_infos
 
 MAX_PROBES = 48
 PROBE_NODE_BUDGET = 6000        # probes x graph nodes per variant: a probe runs the whole graph
@@ -247,7 +247,7 @@ class Sensitivity:
         names = [t for t in self._acts() if t not in inputs]
         probe = with_outputs(self.model, {t: onnx.TensorProto.FLOAT for t in names})
         values: list[dict[str, np.ndarray]] = []
-        for f, run in zip(self.feeds, _runs(probe, names, self.feeds)):
+        for f, run in zip(self.feeds, exposed_runs(probe, names, self.feeds)):
             values.append({**{k: v for k, v in f.items() if k in inputs}, **dict(zip(names, run))})
             if sum(v.nbytes for d in values for v in d.values()) * (len(values) + 1) / len(values) > TRACE_BYTES:
                 break
@@ -266,7 +266,7 @@ class Sensitivity:
         pair: dict[tuple[str, str], float] = {}
         names = list(trace.exposed)
         traced = self.feeds[:len(fp32)]
-        for s, (feed, run) in enumerate(zip(traced, _runs(trace.model, names, traced))):
+        for s, (feed, run) in enumerate(zip(traced, exposed_runs(trace.model, names, traced))):
             ref = fp32[s]
             values = dict(zip(names, run))
             values.update({t: feed[t] for t in trace.inputs if t in feed})
@@ -685,19 +685,6 @@ class _Parts:
             if ts:
                 parts.rounding[n] = {t: v / len(ts) for t in ts}
         return parts
-
-
-def _runs(model: onnx.ModelProto, names: list[str], feeds: list[dict[str, np.ndarray]]):
-    """The named tensors, one list per feed, from one session (one thread, as run_cpu); one
-    feed's values at a time, so a large graph need not hold every sample's intermediates."""
-    # basic optimisations only: an exposed graph (thousands of outputs, twins beside every
-    # node) takes seconds to optimise fully, and every value it reads is exposed anyway
-    so = quiet_session_options(intra_op_num_threads=1,
-                               graph_optimization_level=ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    spec = {i.name for i in sess.get_inputs()}
-    for f in feeds:
-        yield sess.run(names, {k: v for k, v in f.items() if k in spec})
 
 
 # errors are relative to the whole tensor, and per channel (axis 1, as the accuracy guard's

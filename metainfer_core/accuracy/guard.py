@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from metainfer_core.accuracy import LossFn, plan_loss, run_cpu
+from metainfer_core.accuracy.metric import LossFn, plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.ir.kernels import QDQ_OPS
-from metainfer_core.ir.graph_utils import with_outputs
+from metainfer_core.ir.runs import exposed_runs
 from metainfer_core.ir.tensors import tensor_infos
 
 
@@ -32,11 +32,6 @@ class Repair:
     @property
     def ok(self) -> bool:
         return self.model is not None
-
-
-def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    infos = tensor_infos(model)
-    return with_outputs(model, {n: helper.np_dtype_to_tensor_dtype(infos[n].dtype) for n in names if n in infos})
 
 
 def channel_error(ref: np.ndarray, out: np.ndarray) -> float:
@@ -57,10 +52,12 @@ def channel_error(ref: np.ndarray, out: np.ndarray) -> float:
 def _values(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, list[np.ndarray]]:
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     wanted = [n for n in names if n not in inits]
-    probe = _with_outputs(model, wanted)
-    order = [o.name for o in probe.graph.output]
-    runs = run_cpu(probe, feeds)
-    vals = {n: [r[order.index(n)] for r in runs] for n in wanted if n in order}
+    infos = tensor_infos(model)
+    outputs = {o.name for o in model.graph.output}
+    present = [n for n in wanted if n in infos or n in outputs]
+    runs = list(exposed_runs(model, present, feeds, {n: helper.np_dtype_to_tensor_dtype(infos[n].dtype)
+                                                     for n in present if n in infos}, optimization=None))
+    vals = {n: [r[j] for r in runs] for j, n in enumerate(present)}
     vals.update({n: [inits[n]] * len(feeds) for n in names if n in inits})
     return vals
 
