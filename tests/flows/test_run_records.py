@@ -17,7 +17,7 @@ import pytest
 from metainfer_core.zoo import build
 from subprocess_env import flow_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 
 from tasks.many_tasks import markdown_table, plan_signature
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 MODELS = ["mlp", "resnet_tiny", "mobilenet_v2_tiny", "vit_tiny"]
 QUICK = ["target=fpga", "search=quick", "profile.reps=3", "profile.warmup=0", "profile.batch_gradient=[1]",

@@ -1,7 +1,7 @@
 """The remote-verify mailbox (metainfer_core/verify/mailbox.py) on SQLite: a request
 stores the plans and the validation inputs byte for byte, the host's side times them with the
 same verify() as a local run, and the requester's result equals a local verify of the same
-plans on the same (seeded, modeled) target. The fleet end to end is in tests/test_fleet.py."""
+plans on the same (seeded, modeled) target. The fleet end to end is in tests/flows/test_fleet.py."""
 from __future__ import annotations
 
 import numpy as np

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLI_FLOWS = sorted(p.stem for p in (ROOT / "flows").glob("*.py") if "def main(" in p.read_text())
 
 CHILD = r"""
