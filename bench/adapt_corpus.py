@@ -9,7 +9,7 @@ With --peers (the default; --no-peers turns it off), right after each model's ad
 run folder still exists, the peers of bench/peers.py (ORT default loaded first and last, ORT
 quantize_static, ORT quantize_dynamic, OpenVINO default precision, OpenVINO f32, OpenVINO+NNCF
 int8, NNCF accuracy-aware int8) and meta-infer's plans (each run folder through
-metainfer_core.deploy.load_plan, peers.PlanPeer)
+metainfer_core.plan.deployable.load_plan, peers.PlanPeer)
 are timed side by side in one interleaved run (ort_baselines.compare_run, --rounds, 30 by
 default) on the same real inputs the adapt got (the .npz, read as adapt reads it, against the
 run's default.onnx), scored with plan_loss against ORT's fp32 outputs on those inputs; then

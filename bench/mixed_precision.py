@@ -5,7 +5,7 @@ got, one reference, plan_loss), each with its speed-up over ONNX Runtime's defau
   whole int8   meta-infer's int8 action over the whole model in ONNX Runtime's QDQ form (on ORT) and
                in OpenVINO's form (on OpenVINO f32); OpenVINO + NNCF int8 (`nncf.quantize`)
   mixed        (b) the plan `flows/adapt.py target=cpu` chose with the defaults (weights=balanced),
-               loaded with metainfer_core.deploy.load_plan; and, per int8 form, the smallest
+               loaded with metainfer_core.plan.deployable.load_plan; and, per int8 form, the smallest
                `float_layers` choice (k or fit) whose loss on its own path is within the bound (what the
                search's dimension offers, whether or not the search reached it)
   accuracy-aware  `nncf.quantize_with_accuracy_control` (max_drop = --max-loss, absolute, on the

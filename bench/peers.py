@@ -22,7 +22,7 @@ Peers (label: what it is):
                   AAC_RANKING_SUBSET inputs, in a process ended after AAC_TIMEOUT_S) because
                   its ranking takes minutes on a large detector; compiled at f32 precision, as
                   NNCF validates it
-    meta_infer    meta-infer's plan: metainfer_core.deploy.load_plan(run folder) when that module
+    meta_infer    meta-infer's plan: metainfer_core.plan.deployable.load_plan(run folder) when that module
                   exists, else the plan's model.onnx on ONNX Runtime as ort_default runs it
 
 A peer that fails to convert, compile or run becomes {"error": "<stage>: <reason>"}; it never
@@ -248,15 +248,15 @@ class OpenVinoPeer:
 # --- meta-infer's plan ----------------------------------------------------------------------
 
 class PlanPeer:
-    """meta-infer's deployed plan: metainfer_core.deploy.load_plan(run_folder) when that module is
+    """meta-infer's deployed plan: metainfer_core.plan.deployable.load_plan(run_folder) when that module is
     importable (its `.path` says which runtime and precision), else the run's model.onnx on ONNX
     Runtime (`plan`, or run_folder/model.onnx)."""
 
     def __init__(self, run_folder: str | Path | None = None, plan: onnx.ModelProto | None = None):
         t0 = time.perf_counter()
-        if run_folder is not None and importlib.util.find_spec("metainfer_core.deploy") is not None:
-            self._impl = importlib.import_module("metainfer_core.deploy").load_plan(run_folder)
-            self.path = dict(self._impl.path) | {"loader": "deploy.load_plan",
+        if run_folder is not None and importlib.util.find_spec("metainfer_core.plan.deployable") is not None:
+            self._impl = importlib.import_module("metainfer_core.plan.deployable").load_plan(run_folder)
+            self.path = dict(self._impl.path) | {"loader": "deployable.load_plan",
                                                  "graph": precision_of(onnx.load(Path(run_folder) / "model.onnx"))}
         else:
             if plan is None:

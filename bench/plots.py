@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 
-from metainfer_core.plan_plots import STYLE, loss_axis  # noqa: E402
+from metainfer_core.plan.plots import STYLE, loss_axis  # noqa: E402
 from bench.labels import NAMES, PEERS, PLANS  # noqa: E402
 
 

@@ -322,7 +322,7 @@ def markdown(results: dict) -> str:
               "detector; compiled at f32, as NNCF validates it), and "
               f"meta-infer's two plans, {weights(results)} (what a user gets: the headline, the goal) and "
               "`weights=latency` (the peers' objective; `(same plan)` when it is the first one), each "
-              "`metainfer_core.deploy.load_plan` of its run folder when the module exists, else "
+              "`metainfer_core.plan.deployable.load_plan` of its run folder when the module exists, else "
               "its `model.onnx` on ONNX Runtime (the path column says which runtime and precision the first ran). Cells: median "
               "latency, ratio to ORT default (> 1 = faster), accuracy loss against the fp32 reference "
               "(`plan_loss`, worst case over the inputs); a peer that could not convert, compile or run says "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from metainfer_core.retention import run_folders, size_bytes, stale_partials, to_remove
+from metainfer_core.plan.retention import run_folders, size_bytes, stale_partials, to_remove
 from tasks.cli import run_cli
 from tasks.tracking import protected_runs
 

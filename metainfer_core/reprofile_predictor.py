@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from metainfer_core.predictor.lifecycle.train_stage import predictor_folder, train_stage
+from metainfer_core.predictor.stage import predictor_folder, train_stage
 from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.predictor.lifecycle import offline
 from metainfer_core.predictor.model.cost_model import CostModel, PredictorMeta, kernel_rows

@@ -1,12 +1,12 @@
 """The adapt pipeline's Prefect tasks, one per stage, each a thin wrapper over the stage's entry
 point:
 
-    normalize        metainfer_core.normalize.prepare.prepare
-    profile          metainfer_core.fingerprint.profile_stage.profile_stage
-    train_predictor  metainfer_core.predictor.lifecycle.train_stage.train_stage
+    normalize        metainfer_core.normalize.stage.prepare
+    profile          metainfer_core.fingerprint.stage.profile_stage
+    train_predictor  metainfer_core.predictor.stage.train_stage
     search           metainfer_core.search.stage.search_stage
     verify           metainfer_core.verify.stage.verify_stage (verify_remote: tasks/remote_verify.py)
-    rollback         metainfer_core.decide.decide_stage, feedback.record_verified_runs, plan.build_plan
+    rollback         metainfer_core.decide.stage.decide_stage, feedback.record_verified_runs, plan.build_plan
 
 The settings are validated once per run and the target's backend built once (`Run`); every task
 of the run gets that."""
@@ -20,17 +20,17 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from metainfer_core.backends import Backend, backend_for
-from metainfer_core.decide import decide_stage
-from metainfer_core.deploy import path_record
+from metainfer_core.decide.stage import decide_stage
+from metainfer_core.plan.deployable import path_record
 from metainfer_core.feedback import record_verified_runs
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.fingerprint.profile_stage import profile_stage
-from metainfer_core.normalize.prepare import Prepared, prepare
-from metainfer_core.plan import RunFolder, build_plan, read_plan, write_plan
-from metainfer_core.plan_plots import write_plots
-from metainfer_core.plan_report import plan_markdown, summary_text
+from metainfer_core.fingerprint.stage import profile_stage
+from metainfer_core.normalize.stage import Prepared, prepare
+from metainfer_core.plan.record import RunFolder, build_plan, read_plan, write_plan
+from metainfer_core.plan.plots import write_plots
+from metainfer_core.plan.report import plan_markdown, summary_text
 from metainfer_core.budget import Budget
-from metainfer_core.predictor.lifecycle.train_stage import train_stage
+from metainfer_core.predictor.stage import train_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import run_log, say as _progress

@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
-from metainfer_core import run_warnings
+from metainfer_core.plan import run_warnings
 from tasks.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent

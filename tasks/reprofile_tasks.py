@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 
 from metainfer_core.backends import backend_for
 from metainfer_core.accuracy.metric import run_cpu
-from metainfer_core.decide import decide
+from metainfer_core.decide.stage import decide
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.reprofile import DriftReport, reprofile
 from metainfer_core.reprofile_predictor import path_predictors, refresh

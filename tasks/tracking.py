@@ -15,8 +15,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.plan import write_plan
-from metainfer_core.plan_report import plan_name, speedup
+from metainfer_core.plan.record import write_plan
+from metainfer_core.plan.report import plan_name, speedup
 from tasks.settings import RunSettings
 
 ACTIVE = "active"

@@ -74,7 +74,7 @@ def test_compare_pools_the_two_ort_default_copies_and_loads_a_run_folder(mlp, tm
     assert c["ort_default"]["aa"] > 0 and "samples_ms" not in c["ort_default"]
     p = c["meta_infer"]["path"]
     assert c["meta_infer"]["error"] is None, c["meta_infer"]
-    assert p["loader"] in ("deploy.load_plan", "model.onnx") and p["graph"] == "fp32"   # deploy: when importable
+    assert p["loader"] in ("deployable.load_plan", "model.onnx") and p["graph"] == "fp32"   # the deployable loader: when importable
 
 
 def test_compare_run_uses_the_run_folders_real_inputs_when_given(mlp, tmp_path):

@@ -81,7 +81,7 @@ def _compare(default_ms, adapted_ms, nncf_error=None):
                              if nncf_error else ok(default_ms / 1.1, 6e-4, "openvino-2026.x", "int8+bf16")),
             "ov_nncf_aac": ok(default_ms / 1.05, 3e-4, "openvino-2026.x", "int8+f32"),
             "meta_infer": ok(adapted_ms, 2e-4, "openvino", "bf16") | {
-                "path": {"runtime": "openvino", "precision": "bf16", "graph": "fp32", "loader": "deploy.load_plan"}},
+                "path": {"runtime": "openvino", "precision": "bf16", "graph": "fp32", "loader": "deployable.load_plan"}},
             "meta_infer_latency": ok(adapted_ms / 1.25, 3e-3, "openvino", "bf16")}
 
 
@@ -167,7 +167,7 @@ def test_report_names_runs_ratios_failures_and_sections():
             "| 0.2 ms, 2.00x, loss 5.0e-02 | 0.25 ms, 1.60x, loss 1.0e-07 "
             "| failed: convert/compile: RuntimeError: Exception from src/core/src/node.cpp "
             "| 0.381 ms, 1.05x, loss 3.0e-04 | 0.2 ms, 2.00x, loss 2.0e-04 | 0.16 ms, 2.50x, loss 3.0e-03 "
-            "| openvino bf16, fp32 graph via deploy.load_plan | OpenVINO f32 (1.60x) | **1.25x** | 1.56x | yes |") in md
+            "| openvino bf16, fp32 graph via deployable.load_plan | OpenVINO f32 (1.60x) | **1.25x** | 1.56x | yes |") in md
     assert "| mlp | – | 0.1 | 1.02x | 0.08 ms, 1.25x, loss 4.0e-04 |" in md
     assert "| 0.09091 ms, 1.10x, loss 6.0e-04 | 0.09524 ms, 1.05x, loss 3.0e-04 | 0.1 ms, 1.00x, loss 2.0e-04 |" in md
     assert "| **0.62x** | 0.78x | **below** |" in md                              # mlp: under the 3 % goal
@@ -322,7 +322,7 @@ def test_pareto_points_name_the_plans_and_mark_the_chosen_one():
 
 def test_loss_axis_labels_zero_and_draws_the_bound():
     import matplotlib.pyplot as plt
-    from metainfer_core.plan_plots import loss_axis
+    from metainfer_core.plan.plots import loss_axis
 
     fig, ax = plt.subplots()
     loss_axis(ax, [1e-16, 2e-4, 3e-6], 0.01)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from metainfer_core.decide import decide
+from metainfer_core.decide.stage import decide
 from metainfer_core.search.score import Weights
 from metainfer_core.verify import Verified
 

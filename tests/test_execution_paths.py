@@ -15,7 +15,7 @@ from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.ov_backend import device_precisions
-from metainfer_core.deploy import load_plan
+from metainfer_core.plan.deployable import load_plan
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.backends.timing import interleaved
 from metainfer_core.zoo import build

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from metainfer_core.retention import run_folders, stale_partials, to_remove
+from metainfer_core.plan.retention import run_folders, stale_partials, to_remove
 from tasks.tracking import promote, protected_runs, start_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from mlflow.tracking import MlflowClient
 
-from metainfer_core.plan_report import plan_name
+from metainfer_core.plan.report import plan_name
 from metainfer_core.zoo import build
 
 PLAN_FIELDS = ["schema", "model", "target", "fingerprint_version", "weights", "decision", "reason", "actions",

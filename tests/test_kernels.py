@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.features import kernel_features, model_feature_map
+from metainfer_core.ir.features import kernel_features, model_feature_map
 from metainfer_core.ir.directives import FUSION_KEY
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.tensors import random_feeds

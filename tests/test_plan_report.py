@@ -1,16 +1,16 @@
 """What a person reads of a run: the terminal summary and plan.md rendered from plan.json
-(metainfer_core.plan_report), and the warnings for problems a run would otherwise keep quiet
-about (metainfer_core.run_warnings). The adapt flow's own output is checked end to end in
+(metainfer_core.plan.report), and the warnings for problems a run would otherwise keep quiet
+about (metainfer_core.plan.run_warnings). The adapt flow's own output is checked end to end in
 test_flow_adapt.py."""
 from __future__ import annotations
 
 import json
 
 from metainfer_core.actions import ACTIONS
-from metainfer_core.plan import read_plan, silent_problems, write_plan
-from metainfer_core.plan_plots import write_plots
-from metainfer_core.plan_report import action_name, action_words, plan_markdown, plan_name, summary_text
-from metainfer_core.run_warnings import default_memory, predictor_error
+from metainfer_core.plan.record import read_plan, silent_problems, write_plan
+from metainfer_core.plan.plots import write_plots
+from metainfer_core.plan.report import action_name, action_words, plan_markdown, plan_name, summary_text
+from metainfer_core.plan.run_warnings import default_memory, predictor_error
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.backends import backend_for
 from metainfer_core.search.stage import SearchOutcome
@@ -166,7 +166,7 @@ def test_a_mixed_precision_step_says_how_many_layers_stay_float():
 
 
 def test_the_search_line_says_why_it_stopped_short_of_its_depth():
-    from metainfer_core.plan_report import search_text
+    from metainfer_core.plan.report import search_text
 
     assert search_text({"levels": 4, "depth": 4, "evaluated": 9}) == "depth 4 of 4 reached, 9 candidates scored"
     assert search_text({"levels": 2, "depth": 4, "evaluated": 9, "stopped_by_budget": True}).endswith(

@@ -56,8 +56,8 @@ def test_profiling_leaves_nncf_out(settings_for):
     """Profiling measures the kernels of every choice's graph; NNCF's would cost seconds per graph
     and hold the same kernels as meta-infer's own form of it."""
     from metainfer_core.backends import backend_for
-    from metainfer_core.fingerprint.profile_stage import profiling_variants
-    from metainfer_core.normalize.prepare import prepare
+    from metainfer_core.fingerprint.stage import profiling_variants
+    from metainfer_core.normalize.stage import prepare
 
     s = settings_for("target=cpu", "model=resnet_tiny")
     assert "nncf" in s.action_space.domains()["int8"]["engine"]

@@ -1,5 +1,5 @@
 """A plan as the predictor sees it: its kernels in execution order, each a descriptor (its
-feature dict from metainfer_core.features, the ops it holds, its layout, whether it is pinned
+feature dict from metainfer_core.ir.features, the ops it holds, its layout, whether it is pinned
 to the host, whether its int8 activations are signed) plus where its inputs come from
 (producer kernel index, -1 for a graph input, and the bytes that flow); and the plan-wide
 directives (model metadata `metainfer.*`). JSON-serialisable, so a whole-model run can be
@@ -11,7 +11,7 @@ import math
 import onnx
 
 from metainfer_core.ir.directives import BIND_KEY, node_meta, plan_meta
-from metainfer_core.features import kernel_features
+from metainfer_core.ir.features import kernel_features
 from metainfer_core.ir.kernels import Kernel, group_kernels
 from metainfer_core.ir.tensors import TensorInfo, tensor_infos
 

@@ -1,4 +1,4 @@
-"""The predictor's input row: a kernel's features (metainfer_core.features) joined with the
+"""The predictor's input row: a kernel's features (metainfer_core.ir.features) joined with the
 target's spec features. A kernel comes as a descriptor {"features": {...}, "layout": "NCHW" |
 "NHWC" | "adapter", "host": pinned to the host} (plan_graph, or a library record through
 `record_descriptor`). The spec alone is constant within one target; what it says about this
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from metainfer_core.features import CATEGORICAL, NUMERIC
+from metainfer_core.ir.features import CATEGORICAL, NUMERIC
 
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 ALIGNED = ("Conv", "ConvTranspose", "MatMul", "Gemm")

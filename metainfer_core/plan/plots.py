@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from metainfer_core.plan_report import plan_name
+from metainfer_core.plan.report import plan_name
 
 LOSS_PLOT = "latency_vs_loss.png"
 PREDICTION_PLOT = "predicted_vs_measured.png"

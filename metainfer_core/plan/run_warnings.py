@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from metainfer_core.plan_report import human_bytes
+from metainfer_core.plan.report import human_bytes
 
 PREDICTOR_OFF = 2.0     # measured/predicted beyond this factor either way: the ranking is not to be trusted
 PREFIXES = ("memory:", "predictor:")    # how these warnings start (nothing logged them while the run went on)

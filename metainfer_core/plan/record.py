@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from metainfer_core import run_warnings
+from metainfer_core.plan import run_warnings
 from metainfer_core.backends.paths import ExecutionPath
 
 PLAN_SCHEMA = "meta-infer/plan/v1"
@@ -132,7 +132,7 @@ def metrics_of(v: dict | None) -> dict:
 
 
 def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]:
-    """plan.json warnings from the stage outputs (metainfer_core.run_warnings): the default's fit
+    """plan.json warnings from the stage outputs (metainfer_core.plan.run_warnings): the default's fit
     in the device memory, and the predictor's error on the plans verify measured."""
     measured = verified is not None and verified.baseline.ok
     default_peak = verified.baseline.peak_mem_bytes if measured else outcome.default.peak_mem_bytes

@@ -1,6 +1,6 @@
 """A deployable plan: the run folder's model on the execution path plan.json names.
 
-    from metainfer_core.deploy import load_plan
+    from metainfer_core.plan.deployable import load_plan
     plan = load_plan("artifacts/runs/<run>")
     outputs = plan({"images": x})          # list of arrays, in the graph's output order
 
@@ -18,7 +18,7 @@ import onnx
 from metainfer_core.backends.base import Backend, Compiled
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.errors import MetaInferError
-from metainfer_core.plan import read_plan
+from metainfer_core.plan.record import read_plan
 
 _SETTINGS = ("providers", "intra_op_threads", "graph_optimization_level", "performance_hint", "inference_precision")
 

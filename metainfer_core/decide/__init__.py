@@ -1,0 +1,1 @@
+"""The decide stage: the verified candidate that pays, or the default path (stage)."""
