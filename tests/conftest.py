@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 from subprocess_env import flow_env
 
@@ -118,35 +119,79 @@ def _shared_fixtures(item) -> list:
     return out
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """Under `--dist loadgroup` a test that uses a costly fixture shared by several tests (module or
-    session scope, defined here in tests/) runs on the worker that holds that fixture: one group per
-    session fixture, else per module. (Before xdist's own hook, which reads the marks.)"""
+def _groups(items) -> dict:
+    """item -> its xdist group: the tests that use a costly fixture shared by several tests (module
+    or session scope, defined here in tests/) run on the worker that holds that fixture: one group
+    per session fixture, else per module; the other `alone` tests form one group, so that they run
+    one after the other (see pytest_runtest_protocol)."""
+    out = {}
     for item in items:
         shared = _shared_fixtures(item)
         if shared:
             session = sorted(d.argname for d in shared if d.scope != "module")
-            item.add_marker(pytest.mark.xdist_group(session[0] if session else item.module.__name__))
+            out[item] = session[0] if session else item.module.__name__
+        elif item.get_closest_marker("alone"):
+            out[item] = "alone"
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup` (before xdist's own hook, which reads the marks): each test of a
+    group is marked with it, and the order that xdist hands out the groups and tests (in collection
+    order: pyproject's addopts turn its reordering by size off) is: the `alone` group first, while
+    the other worker starts, then the groups and tests marked `slow`, the rest last, so the run does
+    not end on one long test; within a group its `alone` tests come first, back to back."""
+    groups = _groups(items)
+    worker = "PYTEST_XDIST_WORKER" in os.environ and bool(config.getoption("loadgroup", False))      # set on workers
+    if worker:      # (in one process the collection order stays: a module's tests stay together)
+        rank = {}
+        for item in items:
+            group = groups.get(item, item.nodeid)
+            slow = item.get_closest_marker("slow") is not None
+            rank[group] = min(rank.get(group, 2), 0 if group == "alone" else 1 if slow else 2)
+        position = {item: i for i, item in enumerate(items)}
+        items.sort(key=lambda it: (rank[groups.get(it, it.nodeid)], it.get_closest_marker("alone") is None,
+                                   position[it]))
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+        if worker and not item.nodeid.endswith(f"@{group}"):
+            # xdist 3.8 appends "@group" to item._nodeid, which pytest 9 no longer reads (a node's id
+            # is item._id): without the suffix loadgroup would hand each test out on its own
+            item._id = NodeId.parse(f"{item.nodeid}@{group}")
+
+
+_held = None        # (gate, lock): held exclusively from one `alone` test to the next on this worker
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Under pytest-xdist: an `alone` test holds the run's lock exclusively, every other test shares
     it (around its whole set-up, call and tear-down, module fixtures included). The gate gives an
-    `alone` test that waits priority over the next shared ones."""
+    `alone` test that waits priority over the next shared ones; consecutive `alone` tests of one
+    worker keep both, so that the other worker's next test does not slip in between them."""
+    global _held
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return (yield)
-    folder = item.config._tmp_path_factory.getbasetemp().parent      # one per run, shared by its workers
-    with open(folder / "tests.gate", "a+") as gate, open(folder / "tests.lock", "a+") as lock:
+    alone = item.get_closest_marker("alone") is not None
+    if _held:
+        gate, lock = _held
+    else:
+        folder = item.config._tmp_path_factory.getbasetemp().parent      # one per run, shared by its workers
+        gate, lock = open(folder / "tests.gate", "a+"), open(folder / "tests.lock", "a+")
         fcntl.flock(gate, fcntl.LOCK_EX)
-        if item.get_closest_marker("alone"):
+        if alone:
             fcntl.flock(lock, fcntl.LOCK_EX)
         else:
             fcntl.flock(lock, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            return (yield)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(gate, fcntl.LOCK_UN)
+    try:
+        return (yield)
+    finally:
+        if alone and nextitem is not None and nextitem.get_closest_marker("alone"):
+            _held = (gate, lock)
+        else:
+            _held = None
+            for fh in (lock, gate):
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                fh.close()
