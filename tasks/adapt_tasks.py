@@ -6,7 +6,8 @@ point:
     train_predictor  metainfer_core.predictor.stage.train_stage
     search           metainfer_core.search.stage.search_stage
     verify           metainfer_core.verify.stage.verify_stage (verify_remote: tasks/remote_verify.py)
-    rollback         metainfer_core.decide.stage.decide_stage, feedback.record_verified_runs, plan.build_plan
+    rollback         metainfer_core.decide.stage.decide_stage, feedback.record_verified_runs,
+                     plan.run_folder.stage_run with plan.record.build_plan
 
 The settings are validated once per run and the target's backend built once (`Run`); every task
 of the run gets that."""
@@ -26,9 +27,9 @@ from metainfer_core.feedback import record_verified_runs
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.stage import profile_stage
 from metainfer_core.normalize.stage import Prepared, prepare
-from metainfer_core.plan.record import RunFolder, build_plan, read_plan, write_plan
-from metainfer_core.plan.plots import write_plots
-from metainfer_core.plan.report import plan_markdown, summary_text
+from metainfer_core.plan.record import RunFolder, build_plan, read_plan
+from metainfer_core.plan.report import summary_text
+from metainfer_core.plan.run_folder import stage_run
 from metainfer_core.budget import Budget
 from metainfer_core.predictor.stage import train_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
@@ -90,14 +91,6 @@ def verify_task(run: Run, prepared: Prepared, outcome: SearchOutcome, cost_model
     return verify_stage(run.s, prepared, run.backend, outcome, _progress, cost_model, allowance_s=allowance_s)
 
 
-def _plots(plan: dict, folder: RunFolder) -> list[tuple[str, str]]:
-    try:
-        return write_plots(plan, folder.staging)
-    except Exception as exc:  # noqa: BLE001 - a plot is not worth the run: plan.md goes without it
-        _progress(f"WARNING: plan.md's plots could not be drawn ({type(exc).__name__}: {exc})")
-        return []
-
-
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepared, profile_report,
                   cost_model, outcome: SearchOutcome, verified: VerifyOutcome,
@@ -109,31 +102,14 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
     _progress(f"decision: {decision.decision}: {decision.reason}")
     calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
                                        verified, cost_model.meta.fingerprint_version)
-    folder = RunFolder(s.artifacts, run_name)
-    try:
-        chosen_model = chosen.model if chosen is not None else prepared.model
-        folder.path("model.onnx").write_bytes(chosen_model.SerializeToString())
-        # the default path beside the plan: re-profiling re-verifies the plan against it
-        folder.path("default.onnx").write_bytes(prepared.model.SerializeToString())
-        folder.write_json("feature_map.json", prepared.feature_map)
-        folder.write_json("normalize_log.json", {"log": prepared.normalized.log,
-                                                 "max_abs_err": prepared.normalized.max_abs_err})
-        timings = dict(timings, compile_s=sum(v.compile_s for v in [verified.baseline] + verified.candidates))
-        timings["total_s"] = budget.elapsed()
-        plan = build_plan(settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,
-                          cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision,
-                          chosen=chosen, timings=timings, artifact=folder.final / "model.onnx",
-                          mlflow_run_id=mlflow_run_id, budget=budget)
-        plan["calibration"] = calibration
-        plan["execution_path"] = path_record(backend, chosen_model)
-        if remote is not None:      # deploy.remote_verify: which flow run, pool and host measured the plans
-            plan["verify_remote"] = remote
-        write_plan(folder.staging, plan)
-        folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder)))
-    except BaseException:
-        folder.discard()
-        raise
-    return folder, plan
+    chosen_model = chosen.model if chosen is not None else prepared.model
+    timings = dict(timings, compile_s=sum(v.compile_s for v in [verified.baseline] + verified.candidates))
+    timings["total_s"] = budget.elapsed()
+    return stage_run(s.artifacts, run_name, prepared, chosen_model, lambda artifact: build_plan(
+        settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,
+        cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision, chosen=chosen,
+        timings=timings, artifact=artifact, mlflow_run_id=mlflow_run_id, budget=budget, calibration=calibration,
+        execution_path=path_record(backend, chosen_model), verify_remote=remote), _progress)
 
 
 def _summary(plan_path: str) -> str:

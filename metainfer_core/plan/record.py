@@ -145,13 +145,17 @@ def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]
 
 
 def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, outcome, verified, decision, chosen,
-               timings: dict, artifact: Path, mlflow_run_id: str | None, budget=None) -> dict:
-    """Assemble plan.json from the stage outputs (SPEC.md section 6)."""
+               timings: dict, artifact: Path, mlflow_run_id: str | None, budget=None, calibration: dict | None = None,
+               execution_path: dict | None = None, verify_remote: dict | None = None) -> dict:
+    """Assemble plan.json from the stage outputs (SPEC.md section 6), in this one place.
+    calibration: the verified runs' record in the fingerprint library (feedback); execution_path:
+    the chosen plan's (deployable.path_record); verify_remote: which flow run, pool and host
+    measured the plans (deploy.remote_verify), when another host did."""
     measurement = info.measurement
     baseline = verified.baseline.as_dict() if verified else None
     chosen_v = verified.candidates[decision.chosen].as_dict() if verified and decision.chosen is not None else None
     pred_source = chosen if chosen is not None else outcome.default
-    return {
+    plan = {
         "schema": PLAN_SCHEMA,
         "model": {"name": prepared.name, "source": prepared.source, "sha256": prepared.sha256,
                   "nodes_before": prepared.normalized.nodes_before, "nodes_after": prepared.normalized.nodes_after,
@@ -204,4 +208,9 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "budget": budget.as_dict() if budget is not None else None,
         "artifact": str(artifact),
         "mlflow_run_id": mlflow_run_id,
+        "calibration": calibration,
+        "execution_path": execution_path,
     }
+    if verify_remote is not None:
+        plan["verify_remote"] = verify_remote
+    return plan
