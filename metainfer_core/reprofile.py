@@ -25,15 +25,13 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import onnx
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from metainfer_core.backends import Backend
 from metainfer_core.backends.base import TargetInfo, Timing
 from metainfer_core.backends.paths import RUNTIMES, ExecutionPath
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.kernel_store import load_kernels
-from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement, VersionRow
+from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement
 from metainfer_core.ir.kernels import group_kernels
 
 QUICK_OPS = 3
@@ -118,10 +116,7 @@ def path_label(info: TargetInfo) -> str:
 def path_versions(lib: FingerprintLibrary, info: TargetInfo) -> list[str]:
     """The library's versions of the target on the same execution path as `info`, oldest first."""
     key = path_key(info.runtime, info.driver)
-    with Session(lib.engine) as s:
-        rows = s.execute(select(VersionRow.version, VersionRow.runtime, VersionRow.driver)
-                         .where(VersionRow.target == info.name).order_by(VersionRow.created_at)).all()
-    return [v for v, runtime, driver in rows if path_key(runtime, driver) == key]
+    return [v for v, runtime, driver in lib.version_paths(info.name) if path_key(runtime, driver) == key]
 
 
 def baseline_version(lib: FingerprintLibrary, backend: Backend, required: bool = True) -> str | None:

@@ -237,6 +237,13 @@ class FingerprintLibrary:
             return set(s.execute(select(PlanRunRow.model, PlanRunRow.plan_key)
                                  .where(PlanRunRow.version == version, PlanRunRow.source == source)).all())
 
+    def version_paths(self, target: str) -> list[tuple[str, str | None, str | None]]:
+        """(version, runtime, driver) of the target's versions, oldest first."""
+        with Session(self.engine) as s:
+            return [tuple(r) for r in s.execute(select(VersionRow.version, VersionRow.runtime, VersionRow.driver)
+                                                .where(VersionRow.target == target)
+                                                .order_by(VersionRow.created_at)).all()]
+
     def versions(self, target: str | None = None) -> list[str]:
         with Session(self.engine) as s:
             q = select(VersionRow.version).order_by(VersionRow.created_at)

@@ -1,57 +1,33 @@
 """A mailbox for verifying plans on another host: the hosts of a fleet share the fingerprint
 library's database but no filesystem, so the plans to verify (ONNX bytes of the default plan
 and the candidates) and the validation inputs travel through two side tables of that database,
-keyed by a request id, and the measurements come back the same way.
+keyed by a request id, and the measurements come back the same way (the tables and their SQL:
+fingerprint/verify_queue.py).
 
 The requester (adapt, where the user is) writes a request; the host that has the device reads
 it, times the plans with metainfer_core.verify.measure.verify on its backend and writes the result
 (each plan's Verified figures, the outputs the target produced on the validation inputs, and
 who ran it); the requester reads the result, computes the accuracy loss of each plan from those
 outputs with its own loss function (the metric and any labels stay where the user is), and
-deletes the request. Plain SQLAlchemy: SQLite for tests, PostgreSQL for a fleet."""
+deletes the request. SQLite for tests, PostgreSQL for a fleet."""
 from __future__ import annotations
 
 import io
 import json
 import math
-import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 
 import numpy as np
 import onnx
-from sqlalchemy import DateTime, Integer, LargeBinary, String, Text, delete, select
-from sqlalchemy.orm import Mapped, Session, mapped_column
-
 from metainfer_core.accuracy.metric import LossFn
 from metainfer_core.backends.base import Backend
 from metainfer_core.errors import MetaInferError
-from metainfer_core.fingerprint.library import Base, FingerprintLibrary
+from metainfer_core.fingerprint import verify_queue as queue
+from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.verify.measure import Verified, verify
 
 Feeds = list[dict[str, np.ndarray]]
 Outputs = list[list[np.ndarray]]         # outputs[sample][output]
-
-
-class VerifyRequestRow(Base):
-    __tablename__ = "verify_requests"
-    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    target: Mapped[str] = mapped_column(String(64))
-    runs: Mapped[int] = mapped_column(Integer)
-    warmup: Mapped[int] = mapped_column(Integer)
-    feeds: Mapped[bytes] = mapped_column(LargeBinary)                     # npz, see _pack_feeds
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    result: Mapped[str | None] = mapped_column(Text, nullable=True)       # JSON (NaN allowed: stored as text)
-    outputs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-
-
-class VerifyModelRow(Base):
-    __tablename__ = "verify_request_models"
-    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    idx: Mapped[int] = mapped_column(Integer, primary_key=True)
-    label: Mapped[str] = mapped_column(String(64))
-    onnx: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 @dataclass
@@ -69,11 +45,6 @@ class VerifyResult:
     results: list[Verified]                 # aligned with the request's models
     outputs: dict[str, Outputs]             # label -> the target's outputs (plans that ran)
     worker: dict = field(default_factory=dict)
-
-
-def _ensure(lib: FingerprintLibrary) -> None:
-    for table in (VerifyRequestRow.__table__, VerifyModelRow.__table__):
-        table.create(lib.engine, checkfirst=True)
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
@@ -138,64 +109,40 @@ def _unpack_outputs(data: bytes) -> dict[str, Outputs]:
 def put_request(lib: FingerprintLibrary, target: str, models: list[tuple[str, onnx.ModelProto]], feeds: Feeds,
                 runs: int, warmup: int) -> str:
     """Store the plans to verify and the validation inputs; returns the request id."""
-    _ensure(lib)
-    request_id = uuid.uuid4().hex
-    with Session(lib.engine) as s:
-        s.add(VerifyRequestRow(request_id=request_id, target=target, runs=runs, warmup=warmup,
-                               feeds=_pack_feeds(feeds), created_at=datetime.now(timezone.utc)))
-        s.add_all(VerifyModelRow(request_id=request_id, idx=i, label=label, onnx=m.SerializeToString())
-                  for i, (label, m) in enumerate(models))
-        s.commit()
-    return request_id
+    return queue.put_request(lib, target, runs, warmup, _pack_feeds(feeds),
+                             [(label, m.SerializeToString()) for label, m in models])
 
 
 def get_request(lib: FingerprintLibrary, request_id: str) -> VerifyRequest:
-    _ensure(lib)
-    with Session(lib.engine) as s:
-        row = s.get(VerifyRequestRow, request_id)
-        if row is None:
-            raise MetaInferError(f"No verify request {request_id!r} in the fingerprint library at {lib.engine.url}: "
-                                 "the requester and this host must share tracking.fingerprint_db (the same "
-                                 "PostgreSQL).")
-        models = [(m.label, onnx.load_from_string(m.onnx)) for m in
-                  s.scalars(select(VerifyModelRow).where(VerifyModelRow.request_id == request_id)
-                            .order_by(VerifyModelRow.idx))]
-        return VerifyRequest(request_id, row.target, models, _unpack_feeds(row.feeds), row.runs, row.warmup)
+    row = queue.get_request(lib, request_id)
+    if row is None:
+        raise MetaInferError(f"No verify request {request_id!r} in the fingerprint library at {lib.engine.url}: "
+                             "the requester and this host must share tracking.fingerprint_db (the same "
+                             "PostgreSQL).")
+    return VerifyRequest(request_id, row.target, [(label, onnx.load_from_string(data)) for label, data in row.models],
+                         _unpack_feeds(row.feeds), row.runs, row.warmup)
 
 
 def put_result(lib: FingerprintLibrary, request_id: str, result: VerifyResult) -> None:
-    _ensure(lib)
     payload = {"results": [dict(r.as_dict(), samples_ms=list(r.samples_ms)) for r in result.results],
                "worker": result.worker}
-    with Session(lib.engine) as s:
-        row = s.get(VerifyRequestRow, request_id)
-        if row is None:
-            raise MetaInferError(f"Verify request {request_id!r} is gone from the fingerprint library (the requester "
-                                 "gave up on it): its result is not stored.")
-        row.result = json.dumps(payload, allow_nan=True)
-        row.outputs = _pack_outputs(result.outputs)
-        row.finished_at = datetime.now(timezone.utc)
-        s.commit()
+    if not queue.put_result(lib, request_id, json.dumps(payload, allow_nan=True), _pack_outputs(result.outputs)):
+        raise MetaInferError(f"Verify request {request_id!r} is gone from the fingerprint library (the requester "
+                             "gave up on it): its result is not stored.")
 
 
 def get_result(lib: FingerprintLibrary, request_id: str) -> VerifyResult | None:
     """The result, or None while the request has none (or is gone)."""
-    _ensure(lib)
-    with Session(lib.engine) as s:
-        row = s.get(VerifyRequestRow, request_id)
-        if row is None or row.result is None:
-            return None
-        payload = json.loads(row.result)
-        results = [Verified(**r) for r in payload["results"]]
-        return VerifyResult(results, _unpack_outputs(row.outputs) if row.outputs else {}, payload.get("worker", {}))
+    stored = queue.get_result(lib, request_id)
+    if stored is None:
+        return None
+    payload = json.loads(stored[0])
+    results = [Verified(**r) for r in payload["results"]]
+    return VerifyResult(results, _unpack_outputs(stored[1]) if stored[1] else {}, payload.get("worker", {}))
 
 
 def delete_request(lib: FingerprintLibrary, request_id: str) -> None:
-    _ensure(lib)
-    with Session(lib.engine) as s:
-        s.execute(delete(VerifyModelRow).where(VerifyModelRow.request_id == request_id))
-        s.execute(delete(VerifyRequestRow).where(VerifyRequestRow.request_id == request_id))
-        s.commit()
+    queue.delete_request(lib, request_id)
 
 
 class _Counted:

@@ -135,10 +135,7 @@ def test_adapt_verifies_on_the_target_pool_like_a_local_verify(fleet):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from sqlalchemy import func, select
-    from sqlalchemy.orm import Session
-
-    from metainfer_core.verify.mailbox import VerifyRequestRow
+    from metainfer_core.fingerprint.verify_queue import pending
 
     artifacts = fleet.tmp / "adapt"
     args = [a for a in fleet.args if not a.startswith("paths.artifacts=")] + [
@@ -171,8 +168,7 @@ def test_adapt_verifies_on_the_target_pool_like_a_local_verify(fleet):
 
     # the mailbox is empty again: adapt deletes its request once read
     lib = FingerprintLibrary(fleet.pg.url)
-    with Session(lib.engine) as s:
-        assert s.scalar(select(func.count()).select_from(VerifyRequestRow)) == 0
+    assert pending(lib) == 0
 
     # nobody polls the fpga pool: the run fails in one paragraph, the verify run is cancelled,
     # and no run folder is left behind
@@ -189,5 +185,4 @@ def test_adapt_verifies_on_the_target_pool_like_a_local_verify(fleet):
             verify_runs = client.read_flow_runs(deployment_filter=DeploymentFilter(
                 id=DeploymentFilterId(any_=[deployment.id])))
     assert sorted(r.state.name for r in verify_runs) == ["Cancelled", "Completed"]
-    with Session(lib.engine) as s:
-        assert s.scalar(select(func.count()).select_from(VerifyRequestRow)) == 0
+    assert pending(lib) == 0
