@@ -25,7 +25,7 @@ from metainfer_core.backends.timing import SETTLE
 
 def adapt_feeds(model: onnx.ModelProto, samples: int, seed: int) -> list[dict[str, np.ndarray]]:
     """The validation/calibration inputs adapt draws when data.inputs is not given
-    (metainfer_core.normalize.stage: random_feeds(model, seed + i) for each sample)."""
+    (metainfer_core.prepare.stage: random_feeds(model, seed + i) for each sample)."""
     return [random_feeds(model, seed=seed + i) for i in range(samples)]
 
 

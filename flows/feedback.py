@@ -4,7 +4,7 @@ python flows/feedback.py model=<name> target=<name> feedback.latencies_ms=[1.21,
 
 They are stored as runtime whole-model runs under the target's current fingerprint version;
 predictor fine-tuning and the next re-profiling learn from them. Python callers use
-metainfer_core.feedback.record_runtime directly."""
+metainfer_core.predictor.lifecycle.feedback.record_runtime directly."""
 from __future__ import annotations
 
 import sys
@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.feedback import record_runtime, runtime_run
+from metainfer_core.predictor.lifecycle.feedback import record_runtime, runtime_run
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.backends import backend_for
 from tasks.cli import run_cli

@@ -15,7 +15,7 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from metainfer_core import onboard  # noqa: E402
+from metainfer_core.fingerprint import onboard  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.onboard_tasks import (capabilities_task, concurrency_task, execution_paths_task, microbench_task,  # noqa: E402

@@ -20,7 +20,7 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow, serve  # noqa: E402
 
-from metainfer_core.reprofile import markdown  # noqa: E402
+from metainfer_core.fingerprint.reprofile import markdown  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.compose import load_settings  # noqa: E402
 from tasks.reprofile_tasks import (drift_task, path_predictors_task, refresh_predictor_task,  # noqa: E402

@@ -1,7 +1,7 @@
 """The adapt pipeline's Prefect tasks, one per stage, each a thin wrapper over the stage's entry
 point:
 
-    normalize        metainfer_core.normalize.stage.prepare
+    normalize        metainfer_core.prepare.stage.prepare
     profile          metainfer_core.fingerprint.stage.profile_stage
     train_predictor  metainfer_core.predictor.stage.train_stage
     search           metainfer_core.search.stage.search_stage
@@ -23,10 +23,10 @@ from prefect.cache_policies import NO_CACHE
 from metainfer_core.backends import Backend, backend_for
 from metainfer_core.decide.stage import decide_stage
 from metainfer_core.plan.deployable import path_record
-from metainfer_core.feedback import record_verified_runs
+from metainfer_core.predictor.lifecycle.feedback import record_verified_runs
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.stage import profile_stage
-from metainfer_core.normalize.stage import Prepared, prepare
+from metainfer_core.prepare.stage import Prepared, prepare
 from metainfer_core.plan.record import RunFolder, build_plan, read_plan
 from metainfer_core.plan.report import summary_text
 from metainfer_core.plan.run_folder import stage_run

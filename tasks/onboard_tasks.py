@@ -1,10 +1,10 @@
-"""Onboarding checklist tasks: thin wrappers over metainfer_core.onboard."""
+"""Onboarding checklist tasks: thin wrappers over metainfer_core.fingerprint.onboard."""
 from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core import onboard
+from metainfer_core.fingerprint import onboard
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.backends import backend_for
 from tasks.settings import validate_settings

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.normalize.stage import prepare
+from metainfer_core.prepare.stage import prepare
 from metainfer_core.errors import MetaInferError
 
 

@@ -6,7 +6,7 @@ import pytest
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.normalize import normalize
-from metainfer_core.reprofile import markdown, reprofile
+from metainfer_core.fingerprint.reprofile import markdown, reprofile
 from metainfer_core.zoo import build
 
 from twins import backend
@@ -45,7 +45,7 @@ def test_firmware_slowing_two_ops_remeasures_only_them(library):
 
 def test_new_version_predictor_is_fine_tuned_from_the_previous_one(library, tmp_path):
     from metainfer_core.predictor import CostModel, PredictorStore
-    from metainfer_core.reprofile_predictor import carry_over
+    from metainfer_core.predictor.lifecycle.reprofiled import carry_over
 
     old_version = library.versions("fpga")[0]
     old_folder, new_folder = tmp_path / "pred" / "old", tmp_path / "pred" / "new"
@@ -150,7 +150,7 @@ def test_a_path_version_change_is_a_new_version_of_that_path_only(cpu_library):
 
 
 def test_seed_paths_gives_the_quick_set_to_every_path(cpu_library):
-    from metainfer_core.reprofile import seed_paths
+    from metainfer_core.fingerprint.reprofile import seed_paths
 
     seeded = seed_paths(_cpu(), cpu_library, reps=5, warmup=1)
     assert seeded and all(r.status == "seeded" and r.seeded >= 2 for r in seeded)
@@ -160,7 +160,7 @@ def test_seed_paths_gives_the_quick_set_to_every_path(cpu_library):
 
 
 def test_onboarding_seeds_the_paths_drift_baseline(cpu_library):
-    from metainfer_core.onboard import check_execution_paths
+    from metainfer_core.fingerprint.onboard import check_execution_paths
 
     item = check_execution_paths(_cpu(), normalize(build("mlp"), {"input": [1, 256]}).model, runs=3,
                                  library=cpu_library, reps=5, warmup=1)

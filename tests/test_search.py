@@ -8,7 +8,7 @@ import pytest
 
 from metainfer_core.backends import backend_for
 from metainfer_core.decide.stage import decide_stage
-from metainfer_core.normalize.stage import prepare
+from metainfer_core.prepare.stage import prepare
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.accuracy.metric import run_cpu
@@ -21,7 +21,8 @@ from metainfer_core.normalize import normalize
 from metainfer_core.ir.graph_utils import clone
 from metainfer_core.predictor import CostModel
 from metainfer_core.plan.report import search_text
-from metainfer_core.search import Candidate, Evaluator, Weights, beam_search, graph_hash
+from metainfer_core.ir.graph_hash import graph_hash
+from metainfer_core.search import Candidate, Evaluator, Weights, beam_search
 from metainfer_core.search import evaluate as evaluate_module
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build

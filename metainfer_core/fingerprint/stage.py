@@ -14,7 +14,7 @@ from metainfer_core.budget import eta
 from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.fingerprint.profiled_sets import mark_profiled, profiled_kernels, set_key
 from metainfer_core.fingerprint.profiler import ProfileReport, profile
-from metainfer_core.normalize.stage import Prepared
+from metainfer_core.prepare.stage import Prepared
 from metainfer_core.settings import Settings
 
 Progress = Callable[[str], None]

@@ -14,7 +14,7 @@ from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.budget import eta
 from metainfer_core.ir.kernels import group_kernels
-from metainfer_core.normalize.stage import Prepared
+from metainfer_core.prepare.stage import Prepared
 from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome

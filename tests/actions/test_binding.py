@@ -10,7 +10,7 @@ from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS
 from metainfer_core.backends.ov_backend import device_precisions
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.search.candidate import graph_hash
+from metainfer_core.ir.graph_hash import graph_hash
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo import build
 

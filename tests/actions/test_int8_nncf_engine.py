@@ -57,7 +57,7 @@ def test_profiling_leaves_nncf_out(settings_for):
     and hold the same kernels as meta-infer's own form of it."""
     from metainfer_core.backends import backend_for
     from metainfer_core.fingerprint.stage import profiling_variants
-    from metainfer_core.normalize.stage import prepare
+    from metainfer_core.prepare.stage import prepare
 
     s = settings_for("target=cpu", "model=resnet_tiny")
     assert "nncf" in s.action_space.domains()["int8"]["engine"]

@@ -1,5 +1,5 @@
 """Calibration signal: every verification run is stored as a runtime record with the
-predicted latency beside the measured one (metainfer_core.feedback.record_verified_runs).
+predicted latency beside the measured one (metainfer_core.predictor.lifecycle.feedback.record_verified_runs).
 When the median ratio measured / predicted over the recent runs drifts from the ratio the
 predictor had on its own training runs by more than the configured threshold, the predictor is
 marked stale (store.PredictorStore.mark_stale; the re-profiling job reads and clears it)."""

@@ -170,7 +170,7 @@ def check_execution_paths(backend: Backend, model: onnx.ModelProto, runs: int = 
         except Exception as exc:  # noqa: BLE001 - a path that cannot run is a finding
             failed[label] = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
     if library is not None and len(labels) > 1:
-        from metainfer_core.reprofile import seed_paths
+        from metainfer_core.fingerprint.reprofile import seed_paths
 
         for seeded in seed_paths(backend, library, reps, warmup):
             if seeded.path in rows:
