@@ -83,8 +83,8 @@ def _run_remote(s: RunSettings, raw: dict, request_id: str) -> tuple[object, flo
 
 
 def remote_measure(s: RunSettings, raw: dict, record: dict):
-    """A measure function for verify_stage (verify()'s signature) that runs on the
-    target's pool; what ran where goes into `record` (plan.json's verify_remote)."""
+    """verify_stage's runner (metainfer_core.verify.measure.Runner) that has the target's pool
+    measure the plans; what ran where goes into `record` (plan.json's verify_remote)."""
     lib = FingerprintLibrary(s.tracking.fingerprint_db)
     local_version = backend_for(s).info.fingerprint_version
 

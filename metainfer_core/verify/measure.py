@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 import onnx
@@ -16,6 +17,15 @@ from metainfer_core.backends.base import Backend, Compiled
 from metainfer_core.backends.timing import interleaved, scaled_reps, settle_runs
 
 MIN_ROUNDS = 7     # the median and p90 of fewer timed runs say little
+
+
+class Runner(Protocol):
+    """Who measures the plans for the verify stage: `verify` below on this host's backend, or
+    a runner that has another host measure them (tasks/remote_verify.py: the verify mailbox,
+    for deploy.remote_verify). Same arguments, same figures back, one per model in order."""
+    def __call__(self, backend: Backend, models: list[tuple[str, onnx.ModelProto]],
+                 feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], runs: int, warmup: int,
+                 loss_fn: LossFn = ..., time_left_s: float | None = None) -> list["Verified"]: ...
 
 
 @dataclass

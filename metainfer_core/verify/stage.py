@@ -20,7 +20,7 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
 from metainfer_core.backends.timing import runs_per_sample
-from metainfer_core.verify.measure import MIN_ROUNDS, Verified, verify
+from metainfer_core.verify.measure import MIN_ROUNDS, Runner, Verified, verify
 
 Progress = Callable[[str], None]
 
@@ -84,8 +84,8 @@ def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, 
 
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
                  progress: Progress = print, cost_model: CostModel | None = None,
-                 measure: Callable[..., list[Verified]] = verify, allowance_s: float | None = None) -> VerifyOutcome:
-    """measure: verify()'s signature; another host's verify for deploy.remote_verify.
+                 measure: Runner = verify, allowance_s: float | None = None) -> VerifyOutcome:
+    """measure: the runner (verify on this host; another host's for deploy.remote_verify).
     allowance_s: verify's share of budget.total_s (bounds the number of timed rounds)."""
     t0 = time.perf_counter()
     plans, repairs = _guard(s, prepared, backend, list(outcome.result.top) if outcome.result else [], cost_model,
