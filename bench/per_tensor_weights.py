@@ -1,4 +1,4 @@
-"""Why the int8 action's default is per_channel=auto (actions/_qdq.py weight_axis): every zoo
+"""Why the int8 action's default is per_channel=auto (actions/qdq/params.py weight_axis): every zoo
 model quantized (scope=all, uint8 activations, int8 weights) three ways, weight scales per
 output channel, per tensor, and auto (per channel only where a weight's channels' ranges
 differ by more than AUTO_SPREAD), timed side by side in one run with warm interleaved rounds

@@ -2,13 +2,14 @@
 calibrated on the run's calibration inputs: random, or the user's .npz), the format ONNX
 Runtime's quantize_static writes and QDQ-aware runtimes fuse into integer kernels, or in
 OpenVINO's placement (only what quantized ops read, symmetric activations, float outputs) where
-the target offers an OpenVINO path. The rewrite itself is metainfer_core.actions._qdq (linear in
+the target offers an OpenVINO path. The rewrite itself is metainfer_core.actions.qdq (linear in
 the graph size), NNCF's (engine nncf: nncf_engine.py, OpenVINO's form only) or ONNX Runtime's
 quantize_static (engine onnxruntime: ort_engine.py, ONNX Runtime's QDQ form only). `float_layers`
 keeps the most sensitive layers out of scope (float_layers.py)."""
 from __future__ import annotations
 
-from metainfer_core.actions._qdq import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize, range_table
+from metainfer_core.actions.qdq.calibration import range_table
+from metainfer_core.actions.qdq.rewrite import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize
 import json
 
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
@@ -33,7 +34,7 @@ class Int8(Action):
         "weight_type": Param("QInt8", ("QInt8", "QUInt8"), "weight type (int8 symmetric, or uint8 asymmetric)"),
         "per_channel": Param("auto", ("auto", True, False),
                              "weight scales per output channel (needs opset >= 13), per tensor, or auto: per "
-                             "channel only for weights whose channels' ranges differ (_qdq.weight_axis)"),
+                             "channel only for weights whose channels' ranges differ (qdq/params.py weight_axis)"),
         "calibrate_method": Param("MinMax", ("MinMax", "Entropy", "Percentile"), "calibration method"),
         "placement": Param("inputs_outputs", PLACEMENTS,
                            "inputs_outputs: Q/DQ around every quantized op (ONNX Runtime's QDQ form, fused into its "

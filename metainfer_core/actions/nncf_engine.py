@@ -1,7 +1,7 @@
 """NNCF's post-training quantizer (its ONNX backend) as the engine behind int8's OpenVINO form
 (`int8 engine: nncf`). It writes the QDQ graph OpenVINO's CPU plugin was tuned for: where the
 Q/DQ go, symmetric scales, bias correction; on some models OpenVINO runs it faster than
-meta-infer's own rewrite of the same form (_qdq.py), on others slower, so the search offers both
+meta-infer's own rewrite of the same form (actions/qdq/), on others slower, so the search offers both
 and measurement decides.
 
 NNCF's quantizer costs seconds on a large graph (its pattern matching, then calibration runs), so

@@ -2,7 +2,7 @@
 format) as an engine behind int8's QDQ form (`int8 engine: onnxruntime`). It places its Q/DQ by
 its own rules (which ops, which tensors share a scale, how biases are quantized), the graph ONNX
 Runtime's QDQ fusions were written for; on some models ONNX Runtime runs it faster than
-meta-infer's own rewrite of the same form (_qdq.py), on others it loses more accuracy, so the
+meta-infer's own rewrite of the same form (actions/qdq/), on others it loses more accuracy, so the
 search offers both and measurement decides.
 
 The quantizer calibrates (it runs the graph on every calibration input), so it runs once per

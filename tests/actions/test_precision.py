@@ -10,7 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.actions._qdq import _weight_axis
+from metainfer_core.actions.qdq.params import channel_axis
 from metainfer_core.ir.directives import PRECISION_KEY, node_meta
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.normalize import normalize
@@ -76,7 +76,7 @@ def test_int8_auto_keeps_per_channel_scales_only_where_channels_differ():
     gemms = [n for n in m.graph.node if n.op_type == "Gemm"]
     loud = inits[gemms[0].input[1]]
     w = numpy_helper.to_array(loud).copy()
-    axis = _weight_axis(gemms[0])
+    axis = channel_axis(gemms[0])
     index = [slice(None)] * w.ndim
     index[axis] = 0
     w[tuple(index)] *= 20.0                   # one output channel 20x the others: per tensor would crush them
@@ -221,7 +221,7 @@ def test_int8_per_axis_dequantize_of_a_rank3_matmul_weight_is_what_onnxruntime_r
 def test_weight_axis_follows_each_consumers_semantics():
     from onnx import helper
 
-    from metainfer_core.actions._qdq import weight_axis
+    from metainfer_core.actions.qdq.params import weight_axis
 
     def node(op, **attrs):
         return helper.make_node(op, ["x", "w"], ["y"], name=op.lower(), **attrs)
@@ -232,10 +232,10 @@ def test_weight_axis_follows_each_consumers_semantics():
     cases = [(node("Conv"), w4, 0), (node("ConvTranspose"), w4, 1), (node("Gemm"), w2, 1),
              (node("Gemm", transB=1), w2, 0), (node("MatMul"), w2, 1)]
     for n, w, axis in cases:
-        assert _weight_axis(n, w.ndim) == axis, n.op_type
+        assert channel_axis(n, w.ndim) == axis, n.op_type
         assert weight_axis(n, w, True, 17) == axis, n.op_type
         assert weight_axis(n, w, False, 17) is None
     w3 = rng.standard_normal((2, 16, 8)).astype(np.float32)
-    assert _weight_axis(node("MatMul"), 3) == 2                 # N, the last axis of [..., K, N]
+    assert channel_axis(node("MatMul"), 3) == 2                 # N, the last axis of [..., K, N]
     assert weight_axis(node("MatMul"), w3, True, 17) is None     # but ORT runs it per tensor only
     assert weight_axis(node("MatMul"), w3, "auto", 17) is None
