@@ -1,5 +1,5 @@
-"""Runs of a graph on ONNX Runtime's CPU provider with one thread: the numerics every accuracy
-figure and every calibration reads, built in this one place. `exposed_runs` reads chosen
+"""Runs of a graph on ONNX Runtime's CPU provider (one thread unless asked): the numerics every
+accuracy figure, calibration and normalize check reads, sessions built in this one place. `exposed_runs` reads chosen
 intermediate tensors too, one validation input at a time (a large graph need not hold every
 input's intermediates)."""
 from __future__ import annotations
@@ -16,9 +16,11 @@ from metainfer_core.ir.tensors import quiet_session_options
 Feeds = list[dict[str, np.ndarray]]
 
 
-def cpu_session(model: onnx.ModelProto, optimization: ort.GraphOptimizationLevel | None = None) -> ort.InferenceSession:
-    """A one-thread CPU session; `optimization` None: ONNX Runtime's default level."""
-    options = {"intra_op_num_threads": 1}
+def cpu_session(model: onnx.ModelProto, optimization: ort.GraphOptimizationLevel | None = None,
+                threads: int = 1) -> ort.InferenceSession:
+    """A CPU session; `optimization` None: ONNX Runtime's default level; threads 0: its default
+    (normalize's checks of the whole graph, where the numbers are compared within tolerances)."""
+    options = {"intra_op_num_threads": threads}
     if optimization is not None:
         options["graph_optimization_level"] = optimization
     return ort.InferenceSession(model.SerializeToString(), quiet_session_options(**options),

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import helper
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.messages import first_line
 from metainfer_core.normalize.shapes import real_inputs
-from metainfer_core.ir.tensors import IntRange, integer_input_ranges, quiet_session_options, random_integers
+from metainfer_core.ir.runs import cpu_session
+from metainfer_core.ir.tensors import IntRange, integer_input_ranges, random_integers
 
 Feeds = dict[str, np.ndarray]
 MAX_SAMPLES = 4     # real samples the check runs (a few cover the paths; all would cost a run each)
@@ -64,9 +64,8 @@ def integer_inputs_note(model: onnx.ModelProto) -> str:
 def run_model(model: onnx.ModelProto, feeds: Feeds, label: str, real: bool = False) -> dict[str, np.ndarray]:
     """All outputs of `model` on `feeds`, by name; `label` says which model, for errors; `real`:
     the feeds are the user's (data.inputs), not random."""
-    options = quiet_session_options()
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = cpu_session(model, threads=0)
         wanted = {i.name for i in session.get_inputs()}
         values = session.run(None, {k: v for k, v in feeds.items() if k in wanted})
     except Exception as exc:  # ORT raises its own Fail/InvalidGraph/NotImplemented types

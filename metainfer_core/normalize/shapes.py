@@ -9,7 +9,8 @@ from onnx import helper, shape_inference
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
 from metainfer_core.normalize.messages import first_line
-from metainfer_core.ir.tensors import quiet_session_options, random_feeds
+from metainfer_core.ir.runs import cpu_session
+from metainfer_core.ir.tensors import random_feeds
 
 
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -159,8 +160,7 @@ def run_tensors(model: onnx.ModelProto, names: list[str], seed: int = 0, runs: i
     try:
         import onnxruntime as ort
 
-        opts = quiet_session_options(graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
-        session = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        session = cpu_session(probe, ort.GraphOptimizationLevel.ORT_DISABLE_ALL, threads=0)
         got = [o.name for o in session.get_outputs()]
         wanted = {i.name for i in session.get_inputs()}
         samples = [{k: v for k, v in f.items() if k in wanted} for f in feeds[:runs]] if feeds else \
