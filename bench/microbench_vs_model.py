@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint.profiler import kernel_model
 from metainfer_core.ir.kernels import group_kernels
-from metainfer_core.normalize import normalize
 from metainfer_core.ir.tensors import random_feeds, tensor_infos
+from metainfer_core.normalize import normalize
 from tasks.compose import CONF_DIR
 
 

@@ -39,9 +39,9 @@ from bench import modelset, peers
 from bench.adapt_run import adapt
 from bench.ort_baselines import adapt_feeds, real_feeds
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
+from metainfer_core.accuracy.sensitivity import Sensitivity
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step, expand
 from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS_DOMAIN, provide_ranking, share_of
-from metainfer_core.accuracy.sensitivity import Sensitivity
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,9 +18,9 @@ import onnx
 from bench import peers
 from bench.labels import PEERS
 from metainfer_core.accuracy.metric import run_cpu
-from metainfer_core.normalize.inputs import load_samples, sample_feeds
-from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.backends.timing import SETTLE
+from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.normalize.inputs import load_samples, sample_feeds
 
 
 def adapt_feeds(model: onnx.ModelProto, samples: int, seed: int) -> list[dict[str, np.ndarray]]:

@@ -15,8 +15,8 @@ import yaml
 
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.fingerprint.onboard import zoo_models
+from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.fingerprint.reprofile import reprofile
 from tasks.compose import CONF_DIR
 

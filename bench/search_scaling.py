@@ -25,10 +25,10 @@ from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize import normalize
 from metainfer_core.predictor import CostModel
 from metainfer_core.search import Evaluator, Weights, beam_search
-from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.zoo._builder import GraphBuilder
 
 ROOT = Path(__file__).resolve().parent.parent

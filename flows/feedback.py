@@ -13,10 +13,10 @@ from pathlib import Path
 
 import onnx
 
-from metainfer_core.errors import MetaInferError
-from metainfer_core.predictor.lifecycle.feedback import record_runtime, runtime_run
-from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.backends import backend_for
+from metainfer_core.errors import MetaInferError
+from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.predictor.lifecycle.feedback import record_runtime, runtime_run
 from tasks.cli import run_cli
 from tasks.tracking import active_plans, download_plan, registered_name
 

@@ -15,8 +15,8 @@ quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from metainfer_core.fingerprint import onboard  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
+from metainfer_core.fingerprint import onboard  # noqa: E402
 from tasks.cli import run_cli  # noqa: E402
 from tasks.onboard_tasks import (capabilities_task, concurrency_task, execution_paths_task, microbench_task,  # noqa: E402
                                  minimal_model_task, versions_task, zoo_models_task)

@@ -21,17 +21,17 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from metainfer_core.backends import Backend, backend_for
+from metainfer_core.budget import Budget
 from metainfer_core.decide.stage import decide_stage
-from metainfer_core.plan.deployable import path_record
-from metainfer_core.predictor.lifecycle.feedback import record_verified_runs
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.stage import profile_stage
-from metainfer_core.prepare.stage import Prepared, prepare
+from metainfer_core.plan.deployable import path_record
 from metainfer_core.plan.record import RunFolder, build_plan, read_plan
 from metainfer_core.plan.report import summary_text
 from metainfer_core.plan.run_folder import stage_run
-from metainfer_core.budget import Budget
+from metainfer_core.predictor.lifecycle.feedback import record_verified_runs
 from metainfer_core.predictor.stage import train_stage
+from metainfer_core.prepare.stage import Prepared, prepare
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import run_log, say as _progress

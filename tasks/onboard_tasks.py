@@ -4,9 +4,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from metainfer_core.backends import backend_for
 from metainfer_core.fingerprint import onboard
 from metainfer_core.fingerprint import FingerprintLibrary
-from metainfer_core.backends import backend_for
 from tasks.settings import validate_settings
 
 

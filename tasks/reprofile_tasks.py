@@ -9,14 +9,14 @@ import onnx
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from metainfer_core.backends import backend_for
 from metainfer_core.accuracy.metric import run_cpu
+from metainfer_core.backends import backend_for
 from metainfer_core.decide.stage import decide
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.reprofile import DriftReport, reprofile
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.predictor.lifecycle.reprofiled import path_predictors, refresh
 from metainfer_core.search.score import Weights
-from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.verify import verify
 from tasks.adapt_tasks import _progress
 from tasks.settings import validate_settings

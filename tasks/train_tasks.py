@@ -6,12 +6,12 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from metainfer_core.backends import backend_for
-from metainfer_core.predictor.stage import predictor_folder  # noqa: F401 - flows/train.py takes it from here
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import dataset
+from metainfer_core.predictor.features.target_join import TargetSpec
 from metainfer_core.predictor.lifecycle import offline
 from metainfer_core.predictor.lifecycle.fine_tune import FineTuneResult
-from metainfer_core.predictor.features.target_join import TargetSpec
+from metainfer_core.predictor.stage import predictor_folder  # noqa: F401 - flows/train.py takes it from here
 from tasks.adapt_tasks import _progress
 from tasks.settings import validate_settings
 

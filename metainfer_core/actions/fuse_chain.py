@@ -13,8 +13,8 @@ import onnx
 
 from metainfer_core.actions.base import Action, Param, Site, cached, kernels_of
 from metainfer_core.ir.directives import FUSION_KEY, node_meta, set_node_meta
-from metainfer_core.ir.kernels import Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
 from metainfer_core.ir.graph_utils import clone
+from metainfer_core.ir.kernels import Kernel, group_kernels, is_adapter, is_format_node, is_precision_cast
 
 ANCHORS = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 EPILOGUES = {"Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish", "Add", "Mul", "Sub",

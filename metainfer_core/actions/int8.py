@@ -13,13 +13,13 @@ from metainfer_core.actions.qdq.rewrite import ALL_OPS, COMPUTE_OPS, INPUTS_COMP
 import json
 
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
-from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
 from metainfer_core.actions.binding import offered
+from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
+from metainfer_core.actions.fp16 import is_float32_model
 from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
 from metainfer_core.actions.ort_engine import ORT, ort_quantize
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.ir.directives import PATH_KEY, set_model_meta
-from metainfer_core.actions.fp16 import is_float32_model
 
 
 OPENVINO_INT8_PATH = ExecutionPath("openvino", "f32")

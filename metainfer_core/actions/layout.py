@@ -23,8 +23,8 @@ from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import Action, Param, Site, cached, commit_rewrite, derived, infos_of, wiring
 from metainfer_core.ir.directives import ADAPTER, LAYOUT_KEY, node_meta, set_node_meta
-from metainfer_core.ir.kernels import TO_NCHW, TO_NHWC
 from metainfer_core.ir.graph_utils import attr_value, clone
+from metainfer_core.ir.kernels import TO_NCHW, TO_NHWC
 from metainfer_core.ir.tensors import tensor_infos
 
 SENSITIVE = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}

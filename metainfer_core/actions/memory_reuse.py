@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.ir.directives import STRATEGY_KEY, model_meta, set_model_meta
-from metainfer_core.ir.memory import DEFAULT_STRATEGY, STRATEGIES
 from metainfer_core.ir.graph_utils import clone
+from metainfer_core.ir.memory import DEFAULT_STRATEGY, STRATEGIES
 
 
 def current_strategy(model, target) -> str:

@@ -19,8 +19,8 @@ import onnx
 
 from metainfer_core.actions.base import Action, Param, Site, infos_of, kernels_of
 from metainfer_core.ir.directives import BIND_KEY, DOUBLE_BUFFER_KEY, SCHEDULE_KEY, model_meta, node_meta, set_model_meta
-from metainfer_core.ir.kernels import is_adapter, is_precision_cast
 from metainfer_core.ir.graph_utils import clone, set_repeated
+from metainfer_core.ir.kernels import is_adapter, is_precision_cast
 
 
 def memory_order(model: onnx.ModelProto) -> list[onnx.NodeProto]:

@@ -5,8 +5,8 @@ are no site: cancelling them would silently turn those kernels back to channels-
 from __future__ import annotations
 
 from metainfer_core.actions.base import Action, Site
-from metainfer_core.ir.kernels import is_adapter
 from metainfer_core.ir.graph_utils import sweep
+from metainfer_core.ir.kernels import is_adapter
 from metainfer_core.normalize.passes import cancel_transposes
 
 

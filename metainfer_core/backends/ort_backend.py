@@ -17,8 +17,8 @@ from onnx import numpy_helper
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
-from metainfer_core.ir.tensors import ORT_LOG_SEVERITY, random_feeds
 from metainfer_core.backends.timing import scaled_reps
+from metainfer_core.ir.tensors import ORT_LOG_SEVERITY, random_feeds
 
 _LEVELS = {"ORT_DISABLE_ALL": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
            "ORT_ENABLE_BASIC": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

@@ -16,8 +16,8 @@ import onnx
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
-from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.backends.timing import scaled_reps
+from metainfer_core.ir.tensors import random_feeds
 
 _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from metainfer_core.memory_probe import PeakMemory
 from metainfer_core.ir.tensors import ORT_LOG_SEVERITY
+from metainfer_core.memory_probe import PeakMemory
 
 
 def probe(model_bytes: bytes, feeds: dict[str, np.ndarray], options: dict[str, Any]) -> int:

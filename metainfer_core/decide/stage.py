@@ -25,9 +25,9 @@ import onnx
 
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
+from metainfer_core.ir.tensors import tensor_infos
 from metainfer_core.plan.report import bytes_vs_budget
 from metainfer_core.search.score import Weights, memory_base
-from metainfer_core.ir.tensors import tensor_infos
 from metainfer_core.verify.measure import Verified
 
 if TYPE_CHECKING:

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from metainfer_core import zoo
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.backends import Backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import kernel_model, profile
 from metainfer_core.ir.kernels import group_kernels
-from metainfer_core.normalize import normalize
 from metainfer_core.ir.tensors import random_feeds, tensor_infos
-from metainfer_core import zoo
+from metainfer_core.normalize import normalize
 
 TOP_OPS = 20
 MINIMAL_MODEL = "minimal_mlp"

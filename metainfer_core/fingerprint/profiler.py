@@ -12,9 +12,9 @@ import onnx
 from onnx import helper
 
 from metainfer_core.backends.base import Backend
-from metainfer_core.ir.features import kernel_features
 from metainfer_core.fingerprint.kernel_store import save_kernels
 from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement
+from metainfer_core.ir.features import kernel_features
 from metainfer_core.ir.kernels import Kernel, group_kernels
 from metainfer_core.ir.tensors import TensorInfo, tensor_infos
 

@@ -9,10 +9,10 @@ import onnx
 from onnx import helper
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.messages import first_line
-from metainfer_core.normalize.shapes import real_inputs
 from metainfer_core.ir.runs import cpu_session
 from metainfer_core.ir.tensors import IntRange, integer_input_ranges, random_integers
+from metainfer_core.normalize.messages import first_line
+from metainfer_core.normalize.shapes import real_inputs
 
 Feeds = dict[str, np.ndarray]
 MAX_SAMPLES = 4     # real samples the check runs (a few cover the paths; all would cost a run each)

@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 
 from metainfer_core.errors import MetaInferError
-from metainfer_core.normalize.shapes import real_inputs
 from metainfer_core.ir.tensors import input_feeds_spec
+from metainfer_core.normalize.shapes import real_inputs
 
 Feeds = dict[str, np.ndarray]
 

@@ -8,9 +8,9 @@ from onnx import helper, shape_inference
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.graph_utils import Shape, clone, describe, iter_graphs, tensor_shapes
-from metainfer_core.normalize.messages import first_line
 from metainfer_core.ir.runs import cpu_session
 from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.normalize.messages import first_line
 
 
 def real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:

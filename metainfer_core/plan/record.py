@@ -11,8 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from metainfer_core.plan import run_warnings
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.plan import run_warnings
 
 PLAN_SCHEMA = "meta-infer/plan/v1"
 

@@ -16,9 +16,9 @@ from metainfer_core import zoo
 from metainfer_core.accuracy.metric import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.features import model_feature_map
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
 from metainfer_core.settings import Settings
-from metainfer_core.ir.tensors import random_feeds
 
 Progress = Callable[[str], None]
 

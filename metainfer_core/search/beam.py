@@ -23,9 +23,9 @@ from metainfer_core.actions.base import share_analysis
 from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS
 from metainfer_core.actions.nncf_engine import NNCF
 from metainfer_core.actions.ort_engine import ORT
+from metainfer_core.backends.timing import runs_per_sample
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
-from metainfer_core.backends.timing import runs_per_sample
 
 DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
+from metainfer_core.accuracy.sensitivity import MAX_PROBES, Sensitivity
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import infos_of, kernels_of, origins
 from metainfer_core.actions.float_layers import numeric_steps, provide_ranking, share_of
@@ -30,7 +31,6 @@ from metainfer_core.predictor import CostModel
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts, graph_class
 from metainfer_core.search.score import Weights, memory_base, violation
-from metainfer_core.accuracy.sensitivity import MAX_PROBES, Sensitivity
 
 
 def per_kernel_ms(cost_model: CostModel, kernels: list[Kernel]) -> np.ndarray:

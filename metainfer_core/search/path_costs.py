@@ -24,8 +24,8 @@ from metainfer_core.accuracy.metric import LossFn
 from metainfer_core.actions.base import has_op
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta
 from metainfer_core.backends.timing import interleaved, runs_per_sample, settle_runs
+from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta
 
 ROUNDS = 5
 BUDGET_MS = 3000       # timing one (path, graph class) aims at about this much

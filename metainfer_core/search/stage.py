@@ -12,8 +12,8 @@ from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath, missing_paths
 from metainfer_core.budget import eta
 from metainfer_core.errors import MetaInferError
-from metainfer_core.prepare.stage import Prepared
 from metainfer_core.predictor import CostModel
+from metainfer_core.prepare.stage import Prepared
 from metainfer_core.search.anchor import measured_default_ms
 from metainfer_core.search.beam import SearchResult, beam_search, depth_reasons
 from metainfer_core.search.candidate import Candidate

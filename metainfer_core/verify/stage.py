@@ -7,19 +7,19 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.accuracy.guard import repair
+from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.backends.timing import runs_per_sample
 from metainfer_core.budget import eta
 from metainfer_core.ir.kernels import group_kernels
-from metainfer_core.prepare.stage import Prepared
 from metainfer_core.predictor import CostModel
+from metainfer_core.prepare.stage import Prepared
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
-from metainfer_core.backends.timing import runs_per_sample
 from metainfer_core.verify.measure import MIN_ROUNDS, Runner, Verified, verify
 
 Progress = Callable[[str], None]

@@ -19,8 +19,8 @@ from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends.simulator import SimulatedBackend
 from metainfer_core.ir.directives import double_buffered
 from metainfer_core.ir.kernels import group_kernels
-from metainfer_core.normalize.pipeline import normalize
 from metainfer_core.ir.tensors import random_feeds, tensor_infos
+from metainfer_core.normalize.pipeline import normalize
 from metainfer_core.zoo import build
 
 TOLERANCE = 0.30           # the simulated latency stays within ±30 % of the published one

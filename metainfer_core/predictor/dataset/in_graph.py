@@ -28,10 +28,10 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.ort_backend import end_profiling, node_durations
-from metainfer_core.ir.kernels import Kernel, group_kernels
-from metainfer_core.predictor.features.graph_context import in_context
-from metainfer_core.ir.tensors import tensor_infos
 from metainfer_core.backends.timing import settle_runs
+from metainfer_core.ir.kernels import Kernel, group_kernels
+from metainfer_core.ir.tensors import tensor_infos
+from metainfer_core.predictor.features.graph_context import in_context
 
 KEY = "in_graph"
 NCHWC = "_nchwc"

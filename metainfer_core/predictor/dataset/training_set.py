@@ -14,15 +14,15 @@ import onnx
 
 from metainfer_core import zoo
 from metainfer_core.backends.base import Backend, Timing
+from metainfer_core.backends.timing import interleaved, settle_runs
 from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
 from metainfer_core.fingerprint.profiler import distinct_kernels, kernel_model, profile
 from metainfer_core.ir.kernels import group_kernels
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize import normalize
 from metainfer_core.predictor.dataset import in_graph
-from metainfer_core.predictor.features.plan_graph import describe
 from metainfer_core.predictor.dataset.plans import Plan, candidate_plans
-from metainfer_core.ir.tensors import random_feeds
-from metainfer_core.backends.timing import interleaved, settle_runs
+from metainfer_core.predictor.features.plan_graph import describe
 
 Progress = Callable[[str], None]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from metainfer_core.fingerprint.library import FingerprintLibrary
-from metainfer_core.predictor.model.cost_model import CostModel
 from metainfer_core.predictor.lifecycle.store import PredictorStore
+from metainfer_core.predictor.model.cost_model import CostModel
 
 
 @dataclass

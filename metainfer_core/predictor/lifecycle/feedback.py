@@ -10,8 +10,8 @@ import onnx
 from metainfer_core.backends.base import TargetInfo, Timing
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
-from metainfer_core.predictor.features.plan_graph import describe
 from metainfer_core.ir.graph_hash import graph_hash
+from metainfer_core.predictor.features.plan_graph import describe
 
 
 def runtime_run(model: onnx.ModelProto, model_name: str, latencies_ms: list[float], label: str = "deployed",

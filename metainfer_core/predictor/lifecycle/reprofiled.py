@@ -22,12 +22,12 @@ from typing import Callable
 
 import numpy as np
 
-from metainfer_core.predictor.stage import predictor_folder, train_stage
 from metainfer_core.fingerprint.library import FingerprintLibrary
-from metainfer_core.predictor.lifecycle import offline
-from metainfer_core.predictor.model.cost_model import CostModel, PredictorMeta, kernel_rows
-from metainfer_core.predictor.lifecycle.store import PredictorStore
 from metainfer_core.fingerprint.reprofile import DriftReport
+from metainfer_core.predictor.lifecycle import offline
+from metainfer_core.predictor.lifecycle.store import PredictorStore
+from metainfer_core.predictor.model.cost_model import CostModel, PredictorMeta, kernel_rows
+from metainfer_core.predictor.stage import predictor_folder, train_stage
 from metainfer_core.settings import Settings
 
 HOLD_OUT_EVERY = 4          # every 4th re-measured kernel judges the fine-tune

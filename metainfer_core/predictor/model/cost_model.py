@@ -19,15 +19,15 @@ import onnx
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.kernels import Kernel, group_kernels
+from metainfer_core.ir.tensors import TensorInfo, tensor_infos
 from metainfer_core.predictor.dataset import in_graph
 from metainfer_core.predictor.features import plan_features
-from metainfer_core.predictor.model.labels import latency_ms
+from metainfer_core.predictor.features.plan_graph import describe_kernels
+from metainfer_core.predictor.features.target_join import TargetSpec, record_descriptor
+from metainfer_core.predictor.lifecycle.store import PredictorStore
 from metainfer_core.predictor.model.correction import Correction
 from metainfer_core.predictor.model.kernel_model import LATENCY_PARAMS, KernelModel
-from metainfer_core.predictor.features.plan_graph import describe_kernels
-from metainfer_core.predictor.lifecycle.store import PredictorStore
-from metainfer_core.predictor.features.target_join import TargetSpec, record_descriptor
-from metainfer_core.ir.tensors import TensorInfo, tensor_infos
+from metainfer_core.predictor.model.labels import latency_ms
 
 MIN_RECORDS = 8
 
