@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bench import plots, report, roofline
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def matmul_model(m: int, k: int, n: int) -> onnx.ModelProto:

@@ -25,7 +25,7 @@ from mlflow.tracking import MlflowClient
 from metainfer_core.plan.retention import run_folders, stale_partials, to_remove
 from tasks.tracking import promote, protected_runs, start_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FAST = ["model=mlp", "search=quick", "profile.reps=3", "profile.warmup=1", "profile.batch_gradient=[1]",
         "verify.runs=3", "verify.warmup=1", "verify.samples=1"]
 
