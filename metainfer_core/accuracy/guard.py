@@ -13,6 +13,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from metainfer_core.accuracy.metric import LossFn, plan_loss, run_cpu
+from metainfer_core.accuracy.tensor_error import channel_error
 from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.ir.kernels import QDQ_OPS
 from metainfer_core.ir.runs import exposed_runs
@@ -32,21 +33,6 @@ class Repair:
     @property
     def ok(self) -> bool:
         return self.model is not None
-
-
-def channel_error(ref: np.ndarray, out: np.ndarray) -> float:
-    """Mean relative L2 error per channel (axis 1). Unlike a whole-tensor norm it sees small
-    channels wiped out next to a large one, which is what coarse quantization scales do."""
-    a, b = np.asarray(ref, dtype=np.float64), np.asarray(out, dtype=np.float64)
-    if a.shape != b.shape or a.size == 0:
-        return 0.0
-    if a.ndim < 2:
-        a, b = a.reshape(1, -1), b.reshape(1, -1)
-    a2 = np.moveaxis(a, 1, 0).reshape(a.shape[1], -1)
-    b2 = np.moveaxis(b, 1, 0).reshape(b.shape[1], -1)
-    den = np.linalg.norm(a2, axis=1)
-    keep = den > 1e-12
-    return float(np.mean(np.linalg.norm(a2 - b2, axis=1)[keep] / den[keep])) if keep.any() else 0.0
 
 
 def _values(model: onnx.ModelProto, names: list[str], feeds: list[dict]) -> dict[str, list[np.ndarray]]:

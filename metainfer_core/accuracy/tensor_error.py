@@ -1,5 +1,6 @@
-"""Squared error statistics of a low-precision tensor against its fp32 value, per channel where
-channels differ, from a strided sample of a large tensor."""
+"""Error statistics of a low-precision tensor against its fp32 value: the guard's mean relative
+error per channel (channel_error), and the sensitivities' squared errors, per channel where
+channels differ, from a strided sample of a large tensor (sq, sq_err)."""
 from __future__ import annotations
 
 import math
@@ -7,8 +8,23 @@ import math
 import numpy as np
 
 
-# errors are relative to the whole tensor, and per channel (axis 1, as the accuracy guard's
-# channel_error) in a tensor whose channels' energies differ by more than CHANNEL_SPREAD: there a
+def channel_error(ref: np.ndarray, out: np.ndarray) -> float:
+    """Mean relative L2 error per channel (axis 1). Unlike a whole-tensor norm it sees small
+    channels wiped out next to a large one, which is what coarse quantization scales do."""
+    a, b = np.asarray(ref, dtype=np.float64), np.asarray(out, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        return 0.0
+    if a.ndim < 2:
+        a, b = a.reshape(1, -1), b.reshape(1, -1)
+    a2 = np.moveaxis(a, 1, 0).reshape(a.shape[1], -1)
+    b2 = np.moveaxis(b, 1, 0).reshape(b.shape[1], -1)
+    den = np.linalg.norm(a2, axis=1)
+    keep = den > 1e-12
+    return float(np.mean(np.linalg.norm(a2 - b2, axis=1)[keep] / den[keep])) if keep.any() else 0.0
+
+
+# errors are relative to the whole tensor, and per channel (axis 1, as channel_error
+# above) in a tensor whose channels' energies differ by more than CHANNEL_SPREAD: there a
 # whole-tensor norm would not see small channels wiped out next to a large one by a coarse scale;
 # channels far below the median (dead ones) are measured against a floor, not against ~0
 CHANNEL_SPREAD = 1e3
