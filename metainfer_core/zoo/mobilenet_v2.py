@@ -1,7 +1,7 @@
 """MobileNetV2 1.0 at full size (Sandler et al.; the torchvision table): input [batch, 3, 224,
 224], 1000 classes, 3.5 M parameters, 300 M multiply-accumulates. Not one of the tiny zoo models
 the flows iterate: a reference network whose latency vendors publish, so the modeled targets can
-be checked against those figures (tests/backends/test_published_latency.py). Seeded random
+be checked against those figures (tests/zoo/test_published_latency.py). Seeded random
 weights: latency does not depend on their values."""
 
 from metainfer_core.zoo.mobilenet_v2_tiny import mobilenet_v2
