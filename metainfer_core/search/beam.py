@@ -103,25 +103,31 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             args = (level, len(frontier), best, beam_size)
             progress(*args[:_arity(progress)])
 
-    # the dive: one state per level, its children scored cheapest-first within the level's slice
-    state, dive_end = default, t0 + DIVE_SHARE * (run.deadline - t0)
-    for level in range(1, depth + 1):
+    # the dive: one state per level, its children scored cheapest-first within the level's slice;
+    # a state with no child to grow (all over a bound, or directives) hands the level to the
+    # next best state of the level before (a dead end must not end the dive at depth 2)
+    state, dive_end, level, alternatives = default, t0 + DIVE_SHARE * (run.deadline - t0), 1, []
+    while level <= depth:
         coasting = bool(run.result.dive_stalled_at)
         frontier, stepping = run.expand([state], level, until=run.slice_end(dive_end, depth - level + 1),
                                         defer_directives=level < depth, warm_only=coasting)
         pool = _best(pool, frontier, run.keep)
-        if not frontier and not stepping:
-            break
-        report(level, frontier, 1)
+        if frontier:
+            report(level, frontier, 1)
         nxt = run.ranked([c for c in frontier + stepping if level == depth or not _ends_in_directive(c)])
-        if not nxt or run.out_of_time():
+        if run.out_of_time():
             break
+        if not nxt:
+            if not alternatives:
+                break
+            state = alternatives.pop(0)
+            continue
         if level < depth and not coasting and not _gains(run.rank(nxt[0]), run.rank(state)):
             # no child is predicted to gain: the dive still goes to full depth (combinations get
             # scored: the predictor's resolution is coarser than a step's effect), but coasting,
             # on steps that measure nothing new, so the widening keeps the time for what does
             run.result.dive_stalled_at = level
-        state = nxt[0]
+        state, alternatives, level = nxt[0], nxt[1:], level + 1
     # the widening: the beam from the root over the whole budget, the dive's children re-used
     beam = [default]
     for level in range(1, depth + 1):
@@ -271,6 +277,7 @@ class _Search:
             self.clock["expand_s"] += time.perf_counter() - t_exp
             fresh_tried = False
             for action, params, site in todo:
+                measured_before = self.evaluator.measuring_s()
                 # a level's first may run past its slice (within the budget): a dive whose state
                 # has nothing cheap left to add still goes deeper. So may the dive's first child
                 # that measures something new (a precision, a path): on a measured target the
@@ -278,7 +285,6 @@ class _Search:
                 first = not frontier and not stepping
                 fresh_first = (defer_directives and not fresh_tried and not _keeps((action, params, site))
                                and bool(self.evaluator.measures_anew(state, action, params)))
-                fresh_tried |= fresh_first
                 cand = self.consider(state, action, params, site, frontier, stepping,
                                      self.deadline if first or fresh_first else until)
                 if cand is not None and self.lookahead and action.lossy:
@@ -292,6 +298,12 @@ class _Search:
                             self.ahead_of[id(child)] = None
                             self.ahead_of[id(cand)] = min(self.ahead_of.get(id(cand), child.score), child.score)
                     self.evaluator.reanchor(cand)       # binding it may have timed its graph
+                    if cand.violation:      # its loss, deferred, estimated now that it ranks ahead
+                        frontier.remove(cand)
+                        self.prune(cand.violation.split(":")[0])
+                # the privilege is spent only on a child that measured: one scored without its
+                # estimate (it cannot beat the default) leaves it to the next
+                fresh_tried |= fresh_first and self.evaluator.measuring_s() > measured_before
         if frontier or stepping:
             self.result.levels = max(self.result.levels, level)
         return frontier, stepping
@@ -327,7 +339,7 @@ class _Search:
                 return None
             if self._dominated(state, action, params, site):
                 self.made[memo] = None
-                self.result.pruned[DOMINATED] = self.result.pruned.get(DOMINATED, 0) + 1
+                self.prune(DOMINATED)
                 return None
             t_start = time.perf_counter()
             measured_before = self.evaluator.measuring_s()
@@ -354,6 +366,9 @@ class _Search:
             return None
         frontier.append(cand)
         return cand
+
+    def prune(self, reason: str) -> None:
+        self.result.pruned[reason] = self.result.pruned.get(reason, 0) + 1
 
     def _dominated(self, state: Candidate, action, params: dict, site) -> bool:
         """Whether keeping layers in float (float_layers) cannot pay: the same step with every
@@ -399,7 +414,7 @@ class _Search:
         self.made_at[id(cand)] = result.evaluated
         if cand.violation:
             reason = cand.violation.split(":")[0]
-            result.pruned[reason] = result.pruned.get(reason, 0) + 1
+            self.prune(reason)
             if reason != "memory":
                 return None
             if result.leanest is None or cand.peak_mem_bytes < result.leanest.peak_mem_bytes:

@@ -18,6 +18,7 @@ class Candidate:
     peak_mem_bytes: int = 0
     accuracy_loss: float = 0.0
     accuracy_exact: bool = True         # False: estimated from per-node sensitivity
+    accuracy_deferred: bool = False     # True: scored at zero loss, its estimate not made yet (Evaluator._worth_estimating)
     score: float = 0.0
     violation: str | None = None
     binding: dict = field(default_factory=dict)   # {"device": n, "host": [{"kernel", "nodes", "reason"}]}

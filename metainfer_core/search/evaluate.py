@@ -146,17 +146,22 @@ class Evaluator:
             if self.sensitivity is None:
                 raise RuntimeError("set_baseline() first: sensitivities are measured on the default plan")
             c.accuracy_exact = False
-            if self._worth_estimating(c, cost):
-                before = self.sensitivity.seconds
-                c.accuracy_loss = self._estimated_loss(numeric_steps(c.steps))
-                self.timings["sensitivity_s"] += self.sensitivity.seconds - before
-            else:
+            c.accuracy_deferred = not self._worth_estimating(c, cost)
+            if c.accuracy_deferred:
                 c.accuracy_loss = 0.0
                 self.timings["estimates_deferred"] += 1
+            else:
+                self._estimate(c)
         if cost is not None:
             c.accuracy_loss += cost.added_loss
             c.accuracy_exact = c.accuracy_exact and not path.lossy
         return c
+
+    def _estimate(self, c: Candidate) -> None:
+        before = self.sensitivity.seconds
+        c.accuracy_loss = self._estimated_loss(numeric_steps(c.steps))
+        c.accuracy_deferred = False
+        self.timings["sensitivity_s"] += self.sensitivity.seconds - before
 
     def _fit_key(self, params: dict, nodes) -> tuple:
         # per engine: the estimate is meta-infer's form's for all, a run is of the engine's graph
@@ -313,6 +318,11 @@ class Evaluator:
             c.latency_ms *= anchor / c.graph_anchor
             c.graph_anchor = anchor
             self.finish(c)
+            if c.accuracy_deferred and c.score < self.base_score and ExecutionPath.of(c.model).is_default:
+                # scored at zero loss as unable to beat the default, it now can: a plan ranked
+                # on a loss never estimated would lead the search into a graph over the bound
+                self._estimate(c)
+                self.finish(c)
         return c
 
     def exact(self, c: Candidate) -> Candidate:

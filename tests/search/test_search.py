@@ -631,6 +631,26 @@ def test_a_precision_that_cannot_beat_the_default_is_scored_without_measuring_it
     assert res.evaluated == 2
 
 
+def test_a_plan_scored_without_its_estimate_is_estimated_once_its_anchor_ranks_it_ahead(models):
+    """int8 kernels predicted 10x slow: the int8 graph cannot beat the default, so it is scored
+    at zero loss without an estimate. Once its measured anchor (here 1/50 of the prediction)
+    ranks it ahead of the default, it gets its estimate: ranked on a loss never estimated, the
+    dive grew a graph over the bound (every child of it pruned, the dive ended at depth 2)."""
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(_Priced(**INT8_SLOW), be.info, BALANCED, 1e-9, feeds, reference, LOSSY)
+    ev.set_baseline(Candidate(m))
+    params = {k: v[0] for k, v in {**ONE_INT8, "float_layers": [0]}.items()}
+    step = Step("int8", ACTIONS["int8"].sites(m, params, be.info)[0], tuple(sorted(params.items())))
+    lowered = ACTIONS["int8"].apply(m, step.site, params, ActionContext(target=be.info, calibration_feeds=feeds))
+    c = ev.evaluate(Candidate(lowered, (step,)))
+    assert c.accuracy_deferred and c.accuracy_loss == 0.0 and not c.violation and c.score > ev.base_score
+    ev.graph_anchors[c.key] = 1 / 50
+    ev.reanchor(c)
+    assert not c.accuracy_deferred and c.accuracy_loss > 0 and c.violation and c.violation.startswith("accuracy")
+    assert ev.sensitivity.knows("int8", dict(step.params))
+
+
 def test_float_layers_are_not_tried_where_whole_int8_cannot_beat_the_default(models):
     """int8 predicted 10x slower: keeping its most sensitive layers in float cannot make it pay
     (and choosing them would measure int8's sensitivity), so those choices are left out unmade;
