@@ -276,7 +276,11 @@ class _Search:
                 todo = sorted(todo, key=lambda t: (_keeps(t), bool(self.evaluator.measures_anew(state, t[0], t[1]))))
             self.clock["expand_s"] += time.perf_counter() - t_exp
             fresh_tried = False
-            for action, params, site in todo:
+
+            def cheap(t, state=state) -> bool:
+                return not (self.evaluator.measures_anew(state, t[0], t[1]) or t[0].calibrates(t[1]))
+
+            for action, params, site in measured_first_within_turns(todo, cheap):
                 measured_before = self.evaluator.measuring_s()
                 # a level's first may run past its slice (within the budget): a dive whose state
                 # has nothing cheap left to add still goes deeper. So may the dive's first child
@@ -454,6 +458,21 @@ def in_budget_order(todo) -> list:
     keyed = [((not a.keeps_graph(a.with_defaults(p)), not a.lossy, turn[i], _BITS.get(a.name, 32)), i)
              for i, (a, p, _) in enumerate(todo)]
     return [todo[i] for _, i in sorted(keyed)]
+
+
+def measured_first_within_turns(todo: list, cheap: Callable[[tuple], bool]):
+    """todo in its order of turns (which action, directive or rewrite, goes next), but at each
+    turn the action's first choice that measures nothing new, asked then (`cheap`: what was
+    measured so far changes as the level goes): after whole int8 broke the bound, int8 keeping
+    its sensitive layers in float re-uses int8's sensitivity and comes before int8 with the
+    other activation type, which measures its own (seconds on a large model)."""
+    queues: dict[tuple, list] = {}
+    for item in todo:
+        queues.setdefault((item[0].name, _keeps(item)), []).append(item)
+    for item in todo:
+        queue = queues[(item[0].name, _keeps(item))]
+        pick = next((i for i, t in enumerate(queue) if cheap(t)), 0)
+        yield queue.pop(pick)
 
 
 def kind_of(c: Candidate) -> tuple:

@@ -663,3 +663,28 @@ def test_float_layers_are_not_tried_where_whole_int8_cannot_beat_the_default(mod
     assert not ev.sensitivity.parts
     fast, _ = _searched(models, _Priced(**INT8_FAST), space)
     assert DOMINATED not in fast.pruned and fast.top
+
+
+def test_each_turn_takes_the_actions_choice_that_reuses_a_measurement_first():
+    """After whole int8 with uint8 activations measured its sensitivity, int8 keeping layers in
+    float with the same activations re-uses it and comes at int8's next turn, before int8 with
+    int8 activations (a sensitivity of its own); the actions' turns stay as they were."""
+    from metainfer_core.search.beam import measured_first_within_turns
+
+    int8, dynamic = ACTIONS["int8"], ACTIONS["int8_dynamic"]
+    whole_u8, whole_s8 = {"activation_type": "QUInt8", "float_layers": 0}, {"activation_type": "QInt8", "float_layers": 0}
+    fit_u8 = {"activation_type": "QUInt8", "float_layers": "fit"}
+    todo = [(int8, whole_u8, None), (dynamic, {"per_channel": False}, None), (int8, whole_s8, None),
+            (dynamic, {"per_channel": True}, None), (int8, fit_u8, None)]
+    measured: set[str] = set()
+
+    def cheap(t):
+        return t[0] is int8 and t[1]["activation_type"] in measured
+
+    order = []
+    for action, params, _ in measured_first_within_turns(todo, cheap):
+        order.append((action.name, params))
+        if action is int8:
+            measured.add(params["activation_type"])
+    assert order == [("int8", whole_u8), ("int8_dynamic", {"per_channel": False}), ("int8", fit_u8),
+                     ("int8_dynamic", {"per_channel": True}), ("int8", whole_s8)]
