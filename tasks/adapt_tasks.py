@@ -29,6 +29,7 @@ from metainfer_core.plan.deployable import path_record
 from metainfer_core.plan.record import RunFolder, build_plan, read_plan
 from metainfer_core.plan.report import summary_text
 from metainfer_core.plan.run_folder import stage_run
+from metainfer_core.plan.schema import Plan
 from metainfer_core.predictor.lifecycle.feedback import record_verified_runs
 from metainfer_core.predictor.stage import train_stage
 from metainfer_core.prepare.stage import Prepared, prepare
@@ -94,7 +95,7 @@ def verify_task(run: Run, prepared: Prepared, outcome: SearchOutcome, cost_model
 @task(name="rollback", cache_policy=NO_CACHE)
 def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepared, profile_report,
                   cost_model, outcome: SearchOutcome, verified: VerifyOutcome,
-                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[RunFolder, dict]:
+                  timings: dict, budget: Budget, remote: dict | None = None) -> tuple[RunFolder, Plan]:
     """Decide, then stage the run folder (chosen model, plan.json, plan.md, feature map); the flow
     commits it once tracking has it."""
     s, backend = run.s, run.backend
@@ -114,7 +115,7 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
 
 def _summary(plan_path: str) -> str:
     path = Path(plan_path)
-    return summary_text(read_plan(path), str(path.with_name("plan.md")))
+    return summary_text(read_plan(path).to_dict(), str(path.with_name("plan.md")))
 
 
 def print_summary(plan_path: str) -> None:

@@ -13,6 +13,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
 from metainfer_core.plan import run_warnings
+from metainfer_core.plan.record import read_plan
 from tasks.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,20 +63,20 @@ def adapt_model_task(raw: dict) -> dict:
 
 
 def summary_row(plan_path: str) -> dict:
-    plan = json.loads(Path(plan_path).read_text())
-    default, chosen = plan["baseline"].get("latency_ms"), plan["measured"].get("latency_ms")
-    return {"model": plan["model"]["name"], "decision": plan["decision"],
-            "actions": "+".join(a["kind"] for a in plan["actions"]) or "-",
+    plan = read_plan(Path(plan_path))
+    default, chosen = plan.baseline.latency_ms, plan.measured.latency_ms
+    return {"model": plan.model.name, "decision": plan.decision,
+            "actions": "+".join(a.kind for a in plan.actions) or "-",
             "default_ms": default, "chosen_ms": chosen,
             "speedup": default / chosen if default and chosen else None,
-            "accuracy_loss": plan["measured"].get("accuracy_loss"), "plan": plan_path,
-            "warnings": [w for w in plan.get("warnings") or [] if w.startswith(run_warnings.PREFIXES)]}
+            "accuracy_loss": plan.measured.accuracy_loss, "plan": plan_path,
+            "warnings": [w for w in plan.warnings if w.startswith(run_warnings.PREFIXES)]}
 
 
 def plan_signature(plan_path: str) -> tuple:
     """What makes two runs' plans the same: the decision and the exact actions (kind, nodes, params)."""
-    plan = json.loads(Path(plan_path).read_text())
-    return plan["decision"], json.dumps(plan["actions"], sort_keys=True)
+    plan = read_plan(Path(plan_path))
+    return plan.decision, json.dumps(plan.to_dict()["actions"], sort_keys=True)
 
 
 def markdown_table(rows: list[dict], target: str, measurement: str) -> str:

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from metainfer_core.errors import MetaInferError
 from metainfer_core.plan.record import write_plan
 from metainfer_core.plan.report import plan_name, speedup
+from metainfer_core.plan.schema import Plan
 from tasks.settings import RunSettings
 
 ACTIVE = "active"
@@ -149,44 +150,46 @@ def start_run(s: RunSettings, raw: dict, model_name: str, run_name: str) -> str:
     return run.info.run_id
 
 
-def finish_run(s: RunSettings, run_id: str, plan: dict, folder: Path, model_name: str) -> dict:
+def finish_run(s: RunSettings, run_id: str, plan: Plan, folder: Path, model_name: str) -> Plan:
     """Log the run's figures and files, move the registry's `active` alias when the plan was
     adapted, and record the registry state in plan.json. Returns the final plan."""
     client = _client(s)
     if _logs_models(s):
         client.log_artifact(run_id, str(folder / "model.onnx"))
-    plan = dict(plan, registry=promote(s, run_id, plan, model_name))
+    plan = plan.model_copy(update={"registry": promote(s, run_id, plan.to_dict(), model_name)})
     try:
         _log_outcome(client, s, run_id, plan, folder)
     except BaseException:       # interrupted or failed after the registry moved: put it back
-        unpromote(s, plan["registry"])
+        unpromote(s, plan.registry)
         raise
     return plan
 
 
-def _log_outcome(client: MlflowClient, s: RunSettings, run_id: str, plan: dict, folder: Path) -> None:
+def _log_outcome(client: MlflowClient, s: RunSettings, run_id: str, plan: Plan, folder: Path) -> None:
     write_plan(folder, plan)
-    tags = [RunTag("fingerprint_version", plan["fingerprint_version"]), RunTag("firmware", plan["target"]["firmware"]),
-            RunTag("driver", plan["target"]["driver"]), RunTag("runtime", plan["target"]["runtime"]),
-            RunTag("decision", plan["decision"]), RunTag("measurement", plan["target"]["measurement"]),
-            RunTag("active_version", str(plan["registry"]["active_version"])),
-            RunTag("execution_path", (plan.get("execution_path") or {}).get("label", "onnxruntime")),
-            RunTag("plan", plan_name(plan["actions"])),         # the chosen actions, as the runs table shows them
-            RunTag("actions", ",".join(a["kind"] for a in plan["actions"]) or "none"),
-            RunTag("warnings", mask_secrets("; ".join(plan.get("warnings") or []))[:5000] or "none")]
+    content, target = plan.to_dict(), plan.target
+    tags = [RunTag("fingerprint_version", plan.fingerprint_version), RunTag("firmware", target.firmware),
+            RunTag("driver", target.driver), RunTag("runtime", target.runtime),
+            RunTag("decision", plan.decision), RunTag("measurement", target.measurement),
+            RunTag("active_version", str(plan.registry["active_version"])),
+            RunTag("execution_path", (plan.execution_path or {}).get("label", "onnxruntime")),
+            RunTag("plan", plan_name(content["actions"])),         # the chosen actions, as the runs table shows them
+            RunTag("actions", ",".join(a.kind for a in plan.actions) or "none"),
+            RunTag("warnings", mask_secrets("; ".join(plan.warnings))[:5000] or "none")]
     if (folder / "plan.md").is_file():      # the run's description in the MLflow UI
         tags.append(RunTag("mlflow.note.content", (folder / "plan.md").read_text()[:8000]))
     metrics = []
     for section in ("predicted", "measured", "baseline", "timings"):
-        for k, v in (plan.get(section) or {}).items():
+        for k, v in content[section].items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 metrics.append(Metric(f"{section}.{k}", float(v), 0, 0))
-    if plan["measured"].get("latency_ms") and plan["baseline"].get("latency_ms"):
-        metrics.append(Metric("speedup", plan["baseline"]["latency_ms"] / plan["measured"]["latency_ms"], 0, 0))
-    metrics.append(Metric("n_actions", float(len(plan["actions"])), 0, 0))
-    metrics.append(Metric("n_warnings", float(len(plan.get("warnings") or [])), 0, 0))
+    chosen_ms, default_ms = plan.measured.latency_ms, plan.baseline.latency_ms
+    if chosen_ms and default_ms:
+        metrics.append(Metric("speedup", default_ms / chosen_ms, 0, 0))
+    metrics.append(Metric("n_actions", float(len(plan.actions)), 0, 0))
+    metrics.append(Metric("n_warnings", float(len(plan.warnings)), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)
-    client.update_run(run_id, name=run_title(plan, Path(plan["artifact"]).parent.name))   # the final folder's name
+    client.update_run(run_id, name=run_title(content, Path(plan.artifact).parent.name))   # the final folder's name
     for f in sorted(folder.iterdir()):
         if f.name != "model.onnx" and (f.name not in MODEL_FILES or _logs_models(s)):
             client.log_artifact(run_id, str(f))

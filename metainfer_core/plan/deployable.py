@@ -58,8 +58,7 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
     if not plan_file.is_file() or not model_file.is_file():
         raise MetaInferError(f"{folder} is not an adapt run folder: it needs plan.json and model.onnx (flows/adapt.py "
                              "writes both under paths.artifacts/runs/<run>).")
-    plan = read_plan(plan_file)
-    record = plan.get("execution_path") or {"runtime": "onnxruntime", "precision": "f32", "settings": {}}
+    record = read_plan(plan_file).execution_path or {"runtime": "onnxruntime", "precision": "f32", "settings": {}}
     spec = {"memory_limit_bytes": 0, **record.get("settings", {})}
     if threads is not None:
         spec["intra_op_threads"] = threads

@@ -1,4 +1,5 @@
-"""plan.json (the contract of SPEC.md section 6) and the run folder it lives in.
+"""plan.json's file and the run folder it lives in: build_plan fills the typed record
+(plan/schema.py) from the stage outputs, write_plan and read_plan store and parse it.
 
 A run writes into a hidden staging folder and renames it into place only when everything is
 written, so a failed run leaves no half-written plan behind."""
@@ -12,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.errors import MetaInferError
 from metainfer_core.plan import run_warnings
-
-PLAN_SCHEMA = "meta-infer/plan/v1"
+from metainfer_core.plan.schema import PLAN_SCHEMA, Plan
 
 
 def _clean(x: Any) -> Any:
@@ -95,9 +96,9 @@ def split_node_lists(plan: dict) -> tuple[dict, dict]:
     return {**plan, "candidates": candidates, "node_lists": NODES_FILE}, {"schema": NODES_SCHEMA, "candidates": lists}
 
 
-def write_plan(folder: Path, plan: dict) -> Path:
+def write_plan(folder: Path, plan: Plan) -> Path:
     """plan.json and its side file plan_nodes.json, each replaced atomically (the side file first)."""
-    readable, lists = split_node_lists(_clean(plan))
+    readable, lists = split_node_lists(_clean(plan.to_dict()))
     for name, text in ((NODES_FILE, json.dumps(lists, indent=1)), ("plan.json", _readable_json(readable))):
         tmp = folder / f"{name}.tmp"
         tmp.write_text(text + "\n")
@@ -105,14 +106,26 @@ def write_plan(folder: Path, plan: dict) -> Path:
     return folder / "plan.json"
 
 
-def read_plan(path: Path) -> dict:
-    """plan.json (`path`: the file or its run folder) with its per-node lists put back; a plan
-    written before the side file existed (or without it) reads as it is."""
+def read_plan(path: Path) -> Plan:
+    """plan.json (`path`: the file or its run folder) with its per-node lists put back (a plan
+    written before the side file existed, or without it, reads as it is), checked against the
+    schema: a file that is not such a plan is a one-paragraph MetaInferError."""
     path = Path(path)
     path = path / "plan.json" if path.is_dir() else path
-    plan = json.loads(path.read_text())
+    try:
+        plan = json.loads(path.read_text())
+    except ValueError as exc:
+        raise MetaInferError(f"{path} is not a meta-infer plan: it is not JSON ({exc}). It may have been cut short "
+                             "or edited by hand; run flows/adapt.py again for a complete one.") from None
+    return Plan.of(_with_node_lists(plan, path), str(path))
+
+
+def _with_node_lists(plan: Any, path: Path) -> Any:
+    """plan.json's content with the side file's per-node lists put back, where it has them."""
+    if not isinstance(plan, dict) or "node_lists" not in plan:
+        return plan
     side = path.with_name(plan.get("node_lists") or NODES_FILE)
-    if "node_lists" not in plan or not side.is_file():
+    if not side.is_file():
         return plan
     lists = json.loads(side.read_text())["candidates"]
     plan = {k: v for k, v in plan.items() if k != "node_lists"}
@@ -146,8 +159,10 @@ def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]
 
 def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, outcome, verified, decision, chosen,
                timings: dict, artifact: Path, mlflow_run_id: str | None, budget=None, calibration: dict | None = None,
-               execution_path: dict | None = None, verify_remote: dict | None = None) -> dict:
-    """Assemble plan.json from the stage outputs (SPEC.md section 6), in this one place.
+               execution_path: dict | None = None, verify_remote: dict | None = None) -> Plan:
+    """plan.json's record (plan/schema.py) from the stage outputs, assembled in this one place;
+    numbers come out plain (numpy scalars as Python numbers, NaN and infinities as None), as the
+    file holds them.
     calibration: the verified runs' record in the fingerprint library (feedback); execution_path:
     the chosen plan's (deployable.path_record); verify_remote: which flow run, pool and host
     measured the plans (deploy.remote_verify), when another host did."""
@@ -213,4 +228,4 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
     }
     if verify_remote is not None:
         plan["verify_remote"] = verify_remote
-    return plan
+    return Plan.of(_clean(plan), "build_plan's plan")

@@ -12,10 +12,11 @@ import onnx
 from metainfer_core.plan.plots import write_plots
 from metainfer_core.plan.record import RunFolder, write_plan
 from metainfer_core.plan.report import plan_markdown
+from metainfer_core.plan.schema import Plan
 
 
 def stage_run(artifacts: Path, run_name: str, prepared, chosen_model: onnx.ModelProto,
-              plan_of: Callable[[Path], dict], warn: Callable[[str], None]) -> tuple[RunFolder, dict]:
+              plan_of: Callable[[Path], Plan], warn: Callable[[str], None]) -> tuple[RunFolder, Plan]:
     """plan_of(artifact): plan.json for the chosen model at its final path (plan/record.py's
     build_plan)."""
     folder = RunFolder(artifacts, run_name)
@@ -27,7 +28,8 @@ def stage_run(artifacts: Path, run_name: str, prepared, chosen_model: onnx.Model
                                                  "max_abs_err": prepared.normalized.max_abs_err})
         plan = plan_of(folder.final / "model.onnx")
         write_plan(folder.staging, plan)
-        folder.path("plan.md").write_text(plan_markdown(plan, _plots(plan, folder, warn)))
+        content = plan.to_dict()        # plan.md renders plan.json's content, as it does an old run folder's
+        folder.path("plan.md").write_text(plan_markdown(content, _plots(content, folder, warn)))
     except BaseException:
         folder.discard()
         raise

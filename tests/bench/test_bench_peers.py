@@ -12,6 +12,7 @@ from bench import labels, ort_baselines, peers
 from metainfer_core import zoo
 from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.ir.tensors import random_feeds
+from plan_content import plan_content
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_a_failing_peer_is_a_result_not_a_crash(mlp):
 
 def test_compare_pools_the_two_ort_default_copies_and_loads_a_run_folder(mlp, tmp_path):
     onnx.save(mlp, tmp_path / "model.onnx")
-    (tmp_path / "plan.json").write_text(json.dumps({"decision": "rolled_back"}))
+    (tmp_path / "plan.json").write_text(json.dumps(plan_content()))
     c = ort_baselines.compare(mlp, samples=2, runs=3, warmup=1, run_folder=tmp_path,
                               labels=("ort_default", "ov_f32"))
     assert list(c) == ["ort_default", "ov_f32", "meta_infer"]
@@ -82,7 +83,7 @@ def test_compare_run_uses_the_run_folders_real_inputs_when_given(mlp, tmp_path):
 
     onnx.save(mlp, tmp_path / "default.onnx")
     onnx.save(mlp, tmp_path / "model.onnx")
-    (tmp_path / "plan.json").write_text(json.dumps({"decision": "rolled_back"}))
+    (tmp_path / "plan.json").write_text(json.dumps(plan_content()))
     feeds = [random_feeds(mlp, seed=10 + i) for i in range(3)]
     npz = tmp_path / "inputs.npz"
     np.savez(npz, **{k: np.stack([f[k] for f in feeds]) for k in feeds[0]})
@@ -134,7 +135,7 @@ def test_compare_times_both_plans_and_a_twin_once(mlp, tmp_path):
         folders[name].mkdir()
         onnx.save(mlp, folders[name] / "default.onnx")
         onnx.save(model, folders[name] / "model.onnx")
-        (folders[name] / "plan.json").write_text(json.dumps({"decision": "adapted", "execution_path": None}))
+        (folders[name] / "plan.json").write_text(json.dumps(plan_content(decision="adapted", execution_path=None)))
     c = ort_baselines.compare(mlp, samples=2, runs=3, warmup=1, run_folder=folders["latency"],
                               plans={"meta_infer_latency": folders["balanced"], "again": folders["latency_again"]},
                               labels=("ort_default",))

@@ -10,6 +10,7 @@ from metainfer_core.actions import ACTIONS
 from metainfer_core.plan.record import read_plan, silent_problems, write_plan
 from metainfer_core.plan.plots import write_plots
 from metainfer_core.plan.report import action_name, action_words, plan_markdown, plan_name, summary_text
+from metainfer_core.plan.schema import Plan
 from metainfer_core.plan.run_warnings import default_memory, predictor_error
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.backends import backend_for
@@ -17,6 +18,7 @@ from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.verify import Verified
 from metainfer_core.zoo import build
+from plan_content import metrics, plan_content
 
 
 def test_every_action_is_put_in_words():
@@ -141,9 +143,12 @@ def test_plots_of_a_plan(tmp_path):
 def test_plan_json_keeps_the_per_node_lists_in_its_side_file(tmp_path):
     host = [{"kernel": "Cast", "nodes": [f"x{i}|to_fp16"], "reason": "op Cast is not in the device op set"}
             for i in range(5)]
-    plan = {**ROLLED_BACK, "actions": [_step("fp16")],
-            "candidates": [{**c, "binding": {"device": 3, "host": host}} for c in ROLLED_BACK["candidates"]]}
-    write_plan(tmp_path, plan)
+    candidates = [{**c, "measured": metrics(**c["measured"]), "binding": {"device": 3, "host": host}}
+                  for c in ROLLED_BACK["candidates"]]
+    plan = plan_content(**{**ROLLED_BACK, "actions": [_step("fp16")], "candidates": candidates,    # as read_plan
+                           "measured": metrics(**ROLLED_BACK["measured"]),                        # wants it
+                           "predicted": {"score": 1.0, **ROLLED_BACK["predicted"]}})
+    write_plan(tmp_path, Plan.of(plan))
     text = (tmp_path / "plan.json").read_text()
     stored = json.loads(text)
     assert stored["node_lists"] == "plan_nodes.json" and (tmp_path / "plan_nodes.json").is_file()
@@ -151,7 +156,7 @@ def test_plan_json_keeps_the_per_node_lists_in_its_side_file(tmp_path):
     assert stored["candidates"][1]["actions"][1]["n_nodes"] == 7 and stored["candidates"][0]["binding"] == {
         "device": 3, "host_kernels": 5}
     assert stored["actions"] == plan["actions"] and '"nodes": ["Conv_0", "Conv_1", ' in text     # on one line
-    assert read_plan(tmp_path) == plan and read_plan(tmp_path / "plan.json") == plan
+    assert read_plan(tmp_path).to_dict() == plan and read_plan(tmp_path / "plan.json").to_dict() == plan
     assert plan_markdown(stored) == plan_markdown(plan)          # plan.md reads the same from either
 
 
