@@ -11,7 +11,9 @@ Peers (label: what it is):
                   calibrated on the same inputs
     ort_dynamic   ORT quantize_dynamic (defaults)
     ov_default    OpenVINO CPU plugin at its default inference precision (bf16 where the CPU has
-                  AMX/AVX512-BF16), 1 thread, LATENCY hint, 1 stream
+                  AMX/AVX512-BF16), 1 thread, LATENCY hint, 1 stream: compiled and timed by the
+                  `cpu` target's OpenVINO backend, as a plan bound to OpenVINO is; the OV peers
+                  below run the same way
     ov_f32        the same with INFERENCE_PRECISION_HINT f32
     ov_nncf_int8  NNCF's int8 post-training quantization (calibrated on the same inputs),
                   compiled like ov_default
@@ -51,11 +53,13 @@ from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, PEER
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
 from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
+from metainfer_core.backends.host import HostBackend
 from metainfer_core.backends.ort_backend import OrtBackend
+from metainfer_core.backends.ov_backend import OpenVinoBackend, ov_core, read_onnx
+from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.timing import SETTLE, interleaved
 
 CPU_TARGET = Path(__file__).resolve().parent.parent / "conf" / "target" / "cpu.yaml"
-OV_CONFIG = {"INFERENCE_NUM_THREADS": 1, "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1}
 
 Feeds = dict[str, np.ndarray]
 
@@ -89,12 +93,15 @@ def precision_of(model: onnx.ModelProto) -> str:
 
 # --- ONNX Runtime ---------------------------------------------------------------------------
 
+def _cpu_spec() -> dict:
+    return yaml.safe_load(CPU_TARGET.read_text())["spec"]
+
+
 @functools.lru_cache(maxsize=1)
 def cpu_backend() -> OrtBackend:
     """The `cpu` target's default path (conf/target/cpu.yaml: ONNX Runtime, CPUExecutionProvider,
     1 intra-op thread, ORT_ENABLE_ALL): the backend verify compiles an unbound plan on."""
-    spec = yaml.safe_load(CPU_TARGET.read_text())["spec"]
-    return OrtBackend(name="cpu", measurement="measured", spec=spec)
+    return OrtBackend(name="cpu", measurement="measured", spec=_cpu_spec())
 
 
 class OrtPeer:
@@ -129,27 +136,27 @@ def ort_quantized(default: onnx.ModelProto, feeds: list[Feeds] | None) -> onnx.M
 
 # --- OpenVINO -------------------------------------------------------------------------------
 
-_CORE = None
+class _PluginPrecision(OpenVinoBackend):
+    """OpenVINO at the CPU plugin's own inference precision (bf16 where the CPU has a datapath for
+    it): the backend's settings less its precision hint, which a plan always sets."""
+
+    def config(self, profile: bool = False) -> dict:
+        return {k: v for k, v in super().config(profile).items() if k != "INFERENCE_PRECISION_HINT"}
 
 
-def ov_core():
-    """One openvino.Core per process; NNCF's logging turned down on first use."""
-    global _CORE
-    if _CORE is None:
-        import openvino as ov
-        _CORE = ov.Core()
-    return _CORE
+@functools.lru_cache(maxsize=None)
+def ov_cpu_backend(precision: str | None = None) -> OpenVinoBackend:
+    """The `cpu` target's OpenVINO path as a plan bound to it compiles (conf/target/cpu.yaml: its
+    threads, performance hint, one stream) at INFERENCE_PRECISION_HINT `precision` (f32, or bf16
+    where the CPU offers it); None: the plugin's default precision."""
+    f32 = HostBackend(name="cpu", measurement="measured", spec=_cpu_spec()).path_backend(
+        ExecutionPath("openvino", precision or "f32"))
+    return f32 if precision else _PluginPrecision(f32.name, f32.measurement, f32.spec, f32.seed)
 
 
 def ov_read(model: onnx.ModelProto, feeds: Feeds):
-    """The ONNX model as OpenVINO reads it (`Core.read_model` on the saved file), reshaped to the
-    feeds' shapes."""
-    with tempfile.TemporaryDirectory(prefix="metainfer-ov-") as tmp:
-        path = Path(tmp) / "model.onnx"
-        onnx.save(model, path)
-        m = ov_core().read_model(str(path))
-    m.reshape({name: list(v.shape) for name, v in feeds.items()})
-    return m
+    """The ONNX model as the OpenVINO backend reads it, reshaped to the feeds' shapes."""
+    return read_onnx(model.SerializeToString(), {name: list(v.shape) for name, v in feeds.items()})
 
 
 def nncf_int8(ov_model, feeds: list[Feeds]):
@@ -219,30 +226,24 @@ def nncf_accuracy_aware_capped(default: onnx.ModelProto, feeds: list[Feeds], ref
 
 
 class OpenVinoPeer:
-    """An OpenVINO CPU compiled model and one infer request; `precision` forces
-    INFERENCE_PRECISION_HINT (None: the plugin's default)."""
+    """An OpenVINO model compiled and timed by the `cpu` target's OpenVINO backend (ov_cpu_backend);
+    `precision` forces INFERENCE_PRECISION_HINT (None: the plugin's default)."""
 
     def __init__(self, ov_model, precision: str | None = None):
-        import openvino as ov
-        config = dict(OV_CONFIG) | ({"INFERENCE_PRECISION_HINT": precision} if precision else {})
-        t0 = time.perf_counter()
-        self.compiled = ov_core().compile_model(ov_model, "CPU", config)
-        self.request = self.compiled.create_infer_request()
-        self.compile_s = time.perf_counter() - t0
-        hint = str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        backend = ov_cpu_backend(precision)
+        self.compiled = backend.compile_ov(ov_model)
+        self.compile_s = self.compiled.compile_s
+        hint = str(self.compiled.compiled.get_property("INFERENCE_PRECISION_HINT"))
         int8 = any(op.get_type_name() == "FakeQuantize" for op in ov_model.get_ops())
-        self.path = {"runtime": f"openvino-{ov.__version__.split('-')[0]}",
+        self.path = {"runtime": backend.info.runtime,
                      "precision": ("int8+" if int8 else "") + hint.removeprefix("<Type: '").removesuffix("'>")
                      .replace("bfloat16", "bf16").replace("float32", "f32").replace("float16", "f16")}
 
     def run(self, feeds: Feeds) -> list[np.ndarray]:
-        res = self.request.infer(feeds)
-        return [np.array(res[o]) for o in self.compiled.outputs]
+        return self.compiled.run(feeds)
 
     def time_once(self, feeds: Feeds) -> float:
-        t0 = time.perf_counter()
-        self.request.infer(feeds)
-        return (time.perf_counter() - t0) * 1e3
+        return self.compiled.time_once(feeds)
 
 
 # --- meta-infer's plan ----------------------------------------------------------------------

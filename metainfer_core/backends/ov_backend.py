@@ -23,7 +23,7 @@ _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 
 
 @functools.lru_cache(maxsize=1)
-def _core():
+def ov_core():
     """One OpenVINO Core per process: creating one loads the plugins, every compile reuses it."""
     import openvino as ov
 
@@ -32,9 +32,17 @@ def _core():
     return core
 
 
+def read_onnx(model_bytes: bytes, shapes: dict[str, list[int]] | None = None):
+    """The serialized ONNX model as OpenVINO reads it, reshaped to `shapes` (input -> dims) when given."""
+    ov_model = ov_core().read_model(model_bytes, b"")
+    if shapes is not None:
+        ov_model.reshape(shapes)
+    return ov_model
+
+
 def device_precisions() -> set[str]:
     """Inference precisions the CPU plugin reports a datapath for (OPTIMIZATION_CAPABILITIES)."""
-    caps = set(_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+    caps = set(ov_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     return {p for p, cap in (("f32", "FP32"), ("bf16", "BF16"), ("f16", "FP16")) if cap in caps}
 
 
@@ -57,14 +65,17 @@ class OvCompiled(Compiled):
         if _static(model):
             self._compile(None)
 
+    def _read(self, feeds: dict[str, np.ndarray] | None):
+        if feeds is None:
+            return read_onnx(self._bytes)
+        ov_model = read_onnx(self._bytes, {k: list(v.shape) for k, v in feeds.items()})
+        self._shapes = tuple((k, v.shape) for k, v in sorted(feeds.items()))
+        return ov_model
+
     def _compile(self, feeds: dict[str, np.ndarray] | None) -> None:
         t0 = time.perf_counter()
-        core = _core()
-        ov_model = core.read_model(self._bytes, b"")
-        if feeds is not None:
-            ov_model.reshape({k: list(v.shape) for k, v in feeds.items()})
-            self._shapes = tuple((k, v.shape) for k, v in sorted(feeds.items()))
-        self.compiled = core.compile_model(ov_model, "CPU", self._backend.config(self._profile))
+        ov_model = self._read(feeds)
+        self.compiled = ov_core().compile_model(ov_model, "CPU", self._backend.config(self._profile))
         self.request = self.compiled.create_infer_request()
         self._ports = {self._port_name(p): i for i, p in enumerate(self.compiled.outputs)}
         self.compile_s += time.perf_counter() - t0
@@ -111,6 +122,29 @@ class OvCompiled(Compiled):
         return {k: float(np.median(v)) for k, v in per.items()}
 
 
+class OvModelCompiled(OvCompiled):
+    """A model already in OpenVINO's form (NNCF's quantized output has no ONNX one), compiled as
+    it is, shapes included, with its backend's settings; its peak memory is not probed (the
+    probe runs the ONNX model)."""
+
+    def __init__(self, backend: "OpenVinoBackend", ov_model):
+        self._backend, self._profile, self._ov_model = backend, False, ov_model
+        self._bytes = b""
+        self._outputs = [self._port_name(p) for p in ov_model.outputs]
+        self._shapes = None
+        self.compile_s = 0.0
+        self._compile(None)
+
+    def _read(self, feeds):
+        return self._ov_model
+
+    def peak_memory(self, feeds) -> int:
+        raise NotImplementedError("the peak-memory probe runs an ONNX model; this one is in OpenVINO's form only")
+
+    def node_times_us(self, feeds, runs: int = 10) -> dict[str, float]:
+        raise NotImplementedError("per-node times are profiled on an ONNX model; this one is in OpenVINO's form only")
+
+
 class OpenVinoBackend(Backend):
     @property
     def precision(self) -> str:
@@ -128,7 +162,7 @@ class OpenVinoBackend(Backend):
     def info(self) -> TargetInfo:
         import openvino as ov
 
-        core = _core()
+        core = ov_core()
         device = core.get_property("CPU", "FULL_DEVICE_NAME")
         caps = ",".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
         s = self.spec
@@ -144,6 +178,10 @@ class OpenVinoBackend(Backend):
 
     def compile(self, model: onnx.ModelProto) -> OvCompiled:
         return OvCompiled(self, model)
+
+    def compile_ov(self, ov_model) -> OvModelCompiled:
+        """An `openvino.Model` compiled and timed as compile() does an ONNX one (bench/peers.py)."""
+        return OvModelCompiled(self, ov_model)
 
     def benchmark(self, model: onnx.ModelProto, reps: int, warmup: int) -> Timing:
         feeds = random_feeds(model, seed=self.seed)

@@ -44,6 +44,14 @@ def test_every_peer_is_timed_or_says_why(mlp):
     assert r["ort_default"] == pytest.approx(1.0) and all(v is None or v > 0 for v in r.values())
 
 
+def test_openvino_peers_compile_as_a_plan_bound_to_openvino():
+    """The `cpu` target's OpenVINO settings (one thread, latency hint, one stream); ov_default
+    leaves the precision to the plugin (bf16 where the CPU has it), ov_f32 forces f32."""
+    default, f32 = peers.ov_cpu_backend().config(), peers.ov_cpu_backend("f32").config()
+    assert f32 == dict(default, INFERENCE_PRECISION_HINT="f32")
+    assert (default["INFERENCE_NUM_THREADS"], default["PERFORMANCE_HINT"], default["NUM_STREAMS"]) == (1, "LATENCY", 1)
+
+
 def test_a_failing_peer_is_a_result_not_a_crash(mlp):
     feeds = [random_feeds(mlp, seed=0)]
 
