@@ -109,12 +109,18 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     state, dive_end, level, alternatives = default, t0 + DIVE_SHARE * (run.deadline - t0), 1, []
     while level <= depth:
         coasting = bool(run.result.dive_stalled_at)
-        frontier, stepping = run.expand([state], level, until=run.slice_end(dive_end, depth - level + 1),
-                                        defer_directives=level < depth, warm_only=coasting)
+        until = run.slice_end(dive_end, depth - level + 1)
+        frontier, stepping = run.expand([state], level, until=until, defer_directives=level < depth,
+                                        warm_only=coasting)
+        nxt = run.growable(frontier + stepping, last=level == depth)
+        if coasting and not nxt and not run.out_of_time():
+            # nothing that re-uses every measurement grows (whole int8 over the bound): the
+            # level may measure after all (int8 keeping layers float); made children cost nothing
+            frontier, stepping = run.expand([state], level, until=until, defer_directives=level < depth)
+            nxt = run.growable(frontier + stepping, last=level == depth)
         pool = _best(pool, frontier, run.keep)
         if frontier:
             report(level, frontier, 1)
-        nxt = run.ranked([c for c in frontier + stepping if level == depth or not _ends_in_directive(c)])
         if run.out_of_time():
             break
         if not nxt:
@@ -317,6 +323,11 @@ class _Search:
         plan over the memory limit behind by how far over it is; bound plans are leaves."""
         growing = {id(c): c for c in cands if id(c) not in self.ahead_of or self.ahead_of[id(c)] is not None}
         return sorted(growing.values(), key=self.rank)
+
+    def growable(self, cands: list[Candidate], last: bool) -> list[Candidate]:
+        """The dive's next states, best first: a plan ending in a directive grows no further
+        but on the last level."""
+        return self.ranked([c for c in cands if last or not _ends_in_directive(c)])
 
     def rank(self, c: Candidate) -> float:
         """A state's worth for growing: a lossy graph at its best bound plan's score, a plan over
