@@ -377,8 +377,9 @@ class _Search:
         if cand is None:
             return None
         if cand.violation:      # over the memory limit: later steps (tiling, reuse, int8) may fit it
-            stepping.append(cand)
-            return None
+            if cand.violation.split(":")[0] == "memory":
+                stepping.append(cand)
+            return None     # (over the accuracy bound: made again, once reanchor estimated it)
         frontier.append(cand)
         return cand
 
