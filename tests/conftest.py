@@ -81,11 +81,27 @@ def migrated(_migrated_store):
     return copy
 
 
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory):
+    """The API URL of a Prefect server for this worker's flow runs (tasks/prefect_server.py's, with
+    its home under the session's tmp dir), started on first use and stopped with the session: a
+    flow run named a server by PREFECT_API_URL starts none of its own (the README's "Against a
+    Prefect server"), which saves every run the server's start-up (seconds of CPU: Prefect's server
+    imports). The runs that check the temporary server itself (test_faults.py, test_flow_cwd.py,
+    run_flow(..., own_server=True)) start theirs as a user's run does."""
+    from tasks.prefect_server import TemporaryServer
+
+    with TemporaryServer(str(tmp_path_factory.mktemp("prefect-api") / "prefect")) as api_url:
+        yield api_url
+
+
 @pytest.fixture
-def run_flow():
-    """run_flow("adapt", "target=cpu", ...) runs `python flows/<name>.py` as a user would."""
-    def run(name: str, *args: str, timeout: int = 600) -> FlowResult:
-        env = flow_env()
+def run_flow(request):
+    """run_flow("adapt", "target=cpu", ...) runs `python flows/<name>.py` as a user would, against
+    this worker's Prefect server (prefect_api); own_server=True: with the temporary server the
+    run starts itself, its flow runs in paths.artifacts/prefect/prefect.db."""
+    def run(name: str, *args: str, timeout: int = 600, own_server: bool = False) -> FlowResult:
+        env = flow_env(None if own_server else request.getfixturevalue("prefect_api"))
         proc = subprocess.run([sys.executable, str(ROOT / "flows" / f"{name}.py"), *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout)
         return FlowResult(proc)
@@ -103,7 +119,7 @@ def pytest_configure(config):
                                        "other test runs while it does")
 
 
-PER_WORKER = {"_migrated_store", "migrated"}      # cheap enough to make once on each worker
+PER_WORKER = {"_migrated_store", "migrated", "prefect_api"}      # cheap enough to make once on each worker
 
 
 def _shared_fixtures(item) -> list:

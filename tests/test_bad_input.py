@@ -210,12 +210,12 @@ def test_bad_input_is_refused_with_one_paragraph(tmp_path, case):
 # normalize (the stores exist, but no MLflow run, registry version or run folder)
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["data.inputs NaN", "input_shapes absurdly large"])
-def test_the_flow_exits_2_and_leaves_nothing_behind(tmp_path, case):
+def test_the_flow_exits_2_and_leaves_nothing_behind(tmp_path, case, prefect_api):
     overrides, where, fragments = _overrides(case, tmp_path)
     artifacts = tmp_path / "artifacts"
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt.py"), *overrides, f"paths.artifacts={artifacts}"],
-                          cwd=ROOT, env=flow_env(), capture_output=True, text=True, timeout=300)
+                          cwd=ROOT, env=flow_env(prefect_api), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and all(f in errors[0] for f in fragments), proc.stderr

@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from bench import adapt_run, corpus, modelset, report
+from subprocess_env import flow_env
 
 
 def test_every_key_once_ppocr_from_the_corpus_unless_skipped():
@@ -58,11 +59,16 @@ def test_the_second_adapt_runs_weights_latency_unless_the_first_does():
 
 
 @pytest.mark.slow
-def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(migrated, tmp_path):
+def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(migrated, tmp_path, prefect_api,
+                                                                                 monkeypatch):
     """bench_model for real on the zoo mlp: two adapts (the defaults, then weights=latency), both
     plans timed beside the peers, NNCF's accuracy-aware int8 among them; the report renders the
-    defaults as meta-infer and weights=latency beside it."""
+    defaults as meta-infer and weights=latency beside it. The adapts (which inherit this
+    environment) use the worker's Prefect server."""
     migrated(tmp_path)
+    for key, value in flow_env(prefect_api).items():
+        if key.startswith("PREFECT_"):
+            monkeypatch.setenv(key, value)
     row = modelset.bench_model(modelset.Entry("mlp", "zoo", ["model=mlp"]),
                                [f"paths.artifacts={tmp_path}", "search=quick"], rounds=3, samples=2)
     assert row["rc"] == 0 and row["latency"]["rc"] == 0, row

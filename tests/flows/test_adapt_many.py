@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from subprocess_env import flow_env
 from tasks.many_tasks import markdown_table, plan_signature
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +22,10 @@ QUICK = ["target=fpga", "search=quick", "profile.reps=3", "profile.warmup=0", "p
          "budget.total_s=3000"]
 
 
-def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
+def _run(tmp_path: Path, name: str, *extra: str, prefect_api: str | None = None) -> list[dict]:
     res = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt_many.py"), *QUICK,
                           f"models=[{','.join(MODELS)}]", f"paths.artifacts={tmp_path / name}", *extra],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+                         cwd=ROOT, env=flow_env(prefect_api), capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = Path(res.stdout.strip().splitlines()[-1].removeprefix("summary: "))
     assert summary.is_file() and "| model | decision |" in res.stdout and "modeled" in summary.read_text()
@@ -34,11 +35,11 @@ def _run(tmp_path: Path, name: str, *extra: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def sequential(tmp_path_factory, migrated):
-    """The reference: one model after the other (one thread)."""
+def sequential(tmp_path_factory, migrated, prefect_api):
+    """The reference: one model after the other (one thread), against the worker's Prefect server."""
     tmp = tmp_path_factory.mktemp("many")
     migrated(tmp / "sequential")          # the Dask run below starts in an empty folder, as a first run does
-    rows = _run(tmp, "sequential", "task_runner.max_workers=1")
+    rows = _run(tmp, "sequential", "task_runner.max_workers=1", prefect_api=prefect_api)
     assert all(r["decision"] in ("adapted", "rolled_back", "skipped") for r in rows)
     return [plan_signature(r["plan"]) for r in rows]
 

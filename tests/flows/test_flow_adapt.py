@@ -56,7 +56,9 @@ def _check_contract(plan: dict, tmp_path) -> None:
 @pytest.mark.slow
 def test_design_card_command_on_fpga(run_flow, migrated, tmp_path):
     migrated(tmp_path)
-    res = run_flow("adapt", "target=fpga", "weights=embedded", "search=quick", f"paths.artifacts={tmp_path}")
+    # with the temporary Prefect server a user's run starts: its flow runs land in paths.artifacts
+    res = run_flow("adapt", "target=fpga", "weights=embedded", "search=quick", f"paths.artifacts={tmp_path}",
+                   own_server=True)
     assert res.returncode == 0, res.stderr
     plan = res.plan
     _check_contract(plan, tmp_path)
@@ -72,7 +74,7 @@ def test_design_card_command_on_fpga(run_flow, migrated, tmp_path):
     assert db.execute("select key, type from artifact").fetchall() == [("plan-resnet-tiny-fpga", "markdown")]
     # the same model on a second target: its run joins the model's one experiment, told apart by the tag
     other = run_flow("adapt", "target=asic", "search=quick", "profile.reps=3", "profile.warmup=0",
-                     "profile.batch_gradient=[1]", "verify.runs=3", f"paths.artifacts={tmp_path}")
+                     "profile.batch_gradient=[1]", "verify.runs=3", f"paths.artifacts={tmp_path}", own_server=True)
     assert other.returncode == 0, other.stderr
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     runs = {r.data.tags["target"]: r for r in client.search_runs(

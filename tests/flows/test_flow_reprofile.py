@@ -13,17 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_serve_registers_nightly_deployments(tmp_path, monkeypatch):
+def test_serve_registers_nightly_deployments(tmp_path, monkeypatch, prefect_api):
+    """Registered on the worker's Prefect server (conftest's prefect_api; a deployment is named
+    after its target, and nothing else here registers reprofile deployments)."""
     monkeypatch.syspath_prepend(str(ROOT / "flows"))
     from prefect.client.orchestration import get_client
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     import reprofile
     from tasks.compose import load_settings
 
     overrides = [f"paths.artifacts={tmp_path}", "reprofile.targets=[cpu,npu]"]
     s, _ = load_settings(overrides)
-    with prefect_test_harness(server_startup_timeout=90):
+    with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
         ids = [d.apply() for d in reprofile.deployments(s, overrides)]
 
         async def read():

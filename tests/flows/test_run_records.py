@@ -1,5 +1,5 @@
 """One real adapt of a tiny model file named like most shipped ones (`tinynet/model.onnx`) with
-valid samples, against a Prefect server of the test's own (issue 30): it adapts; the model is
+valid samples, against a running Prefect server (issue 30): it adapts; the model is
 filed under one distinctive name in its run folder, plan.json, plan.md, MLflow experiment and
 registry; and its stage lines and final summary are in the flow run's log, read back through
 the Prefect client."""
@@ -21,23 +21,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    from tasks.prefect_server import TemporaryServer
-
+def tiny_run(tmp_path_factory, prefect_api):
+    """The run against the worker's Prefect server (conftest's prefect_api), found there by its
+    run folder's name."""
     tmp = tmp_path_factory.mktemp("records")
     (tmp / "tinynet").mkdir()
     onnx.save(build("mlp"), tmp / "tinynet" / "model.onnx")         # input 'input' [batch, 256]
     np.savez(tmp / "samples.npz", input=np.random.default_rng(0).standard_normal((3, 1, 256)).astype(np.float32))
     artifacts = tmp / "artifacts"
-    with TemporaryServer(str(tmp / "prefect")) as api_url:
-        # (explicit: in-process tests of this session may have set it false in os.environ, which the
-        # flow would inherit; a user's environment naming a server turns it on: tasks/environment.py)
-        env = flow_env(PREFECT_API_URL=api_url, PREFECT_LOGGING_TO_API_ENABLED="true")
-        proc = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt.py"), "model=file",
-                               f"model.path={tmp / 'tinynet' / 'model.onnx'}", f"data.inputs={tmp / 'samples.npz'}",
-                               "search=quick", "budget.total_s=30", f"paths.artifacts={artifacts}"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        logs = _flow_run_logs(api_url, proc) if proc.returncode == 0 else []
+    # (explicit: in-process tests of this session may have set it false in os.environ, which the
+    # flow would inherit; a user's environment naming a server turns it on: tasks/environment.py)
+    env = flow_env(prefect_api, PREFECT_LOGGING_TO_API_ENABLED="true")
+    proc = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt.py"), "model=file",
+                           f"model.path={tmp / 'tinynet' / 'model.onnx'}", f"data.inputs={tmp / 'samples.npz'}",
+                           "search=quick", "budget.total_s=30", f"paths.artifacts={artifacts}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    logs = _flow_run_logs(prefect_api, proc) if proc.returncode == 0 else []
     return proc, artifacts, logs
 
 
