@@ -5,7 +5,9 @@ to find it (tracking.prefect_home, under paths.artifacts, relative paths against
 the user ran from); MLflow falls back to ./mlruns unless told otherwise."""
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import os
 import sys
 import warnings
@@ -47,8 +49,38 @@ def quiet_prefect(argv: list[str] | None = None) -> None:
         if script is None or script.parent != FLOWS_DIR:
             os.environ.setdefault("PREFECT_HOME", os.path.abspath(os.path.join("artifacts", "prefect")))
             return
+        _defer_gc()
         argv = sys.argv[1:]
     os.environ["PREFECT_HOME"] = _prefect_home(argv)
+
+
+_gc_deferred = False
+
+
+def _defer_gc() -> None:
+    """A flow run as a script imports most of its libraries after quiet_prefect() (Prefect, MLflow,
+    the pipeline: seconds): the cyclic garbage collector would walk the growing heap again and
+    again meanwhile (about a second of an adapt's start-up). It waits until run_cli calls
+    startup_done()."""
+    global _gc_deferred
+    if gc.isenabled():
+        gc.disable()
+        _gc_deferred = True
+
+
+def startup_done() -> None:
+    """Called by run_cli, the flow's modules imported: what they hold lives as long as the process,
+    so it is moved out of the collector's sight (gc.freeze) before the collector is turned back
+    on; and everything is frozen again at exit (atexit), so that the interpreter's shutdown does
+    not walk the whole heap (about 2 s of an adapt) to free memory the OS takes back anyway.
+    Nothing is done where quiet_prefect() did not defer the collector (a flow imported by a
+    Prefect worker, a test calling run_cli)."""
+    global _gc_deferred
+    if _gc_deferred:
+        _gc_deferred = False
+        gc.freeze()
+        gc.enable()
+        atexit.register(gc.freeze)
 
 
 def _prefect_home(argv: list[str]) -> str:
