@@ -59,12 +59,27 @@ with contextlib.ExitStack() as stack:
 """
 
 
+def _run_temp(tmp_path_factory) -> Path:
+    """The folder of this run shared by its workers (under pytest-xdist, each worker's basetemp is
+    a folder in it), else the session's basetemp."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
 @pytest.fixture(scope="session")
 def _migrated_store(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("migrated") / "artifacts"
-    proc = subprocess.run([sys.executable, "-c", _MIGRATE, f"paths.artifacts={folder}"], cwd=ROOT, env=flow_env(),
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """Made once per run (the migrations take tens of seconds): the first worker that needs it
+    migrates, under a lock, and the others copy its folder."""
+    shared = _run_temp(tmp_path_factory)
+    folder, done = shared / "migrated" / "artifacts", shared / "migrated" / "done"
+    with open(shared / "migrated.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)       # a worker that failed half-way
+            proc = subprocess.run([sys.executable, "-c", _MIGRATE, f"paths.artifacts={folder}"], cwd=ROOT,
+                                  env=flow_env(), capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            done.touch()
     return folder
 
 
