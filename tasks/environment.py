@@ -38,9 +38,11 @@ def quiet_prefect(argv: list[str] | None = None) -> None:
     """Call before importing prefect: it configures logging and freezes its settings (home,
     database URL, result storage) at import time, creating the home folder. The home is
     tracking.prefect_home of the settings composed from `argv` (default: the command line when a
-    flow runs as a script; a Prefect worker importing a flow keeps its own PREFECT_HOME). When the
-    command line does not compose, run_cli refuses it before Prefect is used: the home is then
-    paths.artifacts/prefect as given, and nothing is created where its parent is missing."""
+    flow runs as a script; a Prefect worker importing a flow keeps its own PREFECT_HOME). A flow
+    run as a script whose command line does not validate is refused here (_refuse_early). When
+    the command line does not compose otherwise (debug=true, flags), run_cli refuses it before
+    Prefect is used: the home is then paths.artifacts/prefect as given, and nothing is created
+    where its parent is missing."""
     for key, value in QUIET.items():
         os.environ.setdefault(key, value)
     warnings.filterwarnings("ignore", message="Failed to create the Prefect home directory")
@@ -49,9 +51,37 @@ def quiet_prefect(argv: list[str] | None = None) -> None:
         if script is None or script.parent != FLOWS_DIR:
             os.environ.setdefault("PREFECT_HOME", os.path.abspath(os.path.join("artifacts", "prefect")))
             return
-        _defer_gc()
         argv = sys.argv[1:]
+        if _main_is(script):      # the flow is the program (not a module run by another one's code)
+            _defer_gc()
+            raw = _refuse_early(argv)
+            if raw is not None:
+                os.environ["PREFECT_HOME"] = os.path.abspath(raw["tracking"]["prefect_home"])
+                return
     os.environ["PREFECT_HOME"] = _prefect_home(argv)
+
+
+def _main_is(script: Path) -> bool:
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    return main_file is not None and Path(main_file).resolve() == script
+
+
+def _refuse_early(argv: list[str]) -> dict | None:
+    """The composed settings of a flow's command line of overrides only; one that does not
+    validate is refused as run_cli refuses it (the same `error:` paragraph, exit 2), but before
+    the flow imports Prefect, MLflow and the pipeline (a second instead of about six). None, and
+    nothing refused, for a command line with flags (--help, --cfg job, a flow's own such as
+    --serve: run_cli parses them first) or with debug=true (run_cli raises with the traceback)."""
+    if any(a.startswith("-") or a.lower() in ("debug=true", "debug=1") for a in argv):
+        return None
+    from metainfer_core.errors import MetaInferError
+    from tasks.compose import load_settings
+
+    try:
+        return load_settings(argv)[1]
+    except MetaInferError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 _gc_deferred = False
