@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -66,21 +67,47 @@ def _run_temp(tmp_path_factory) -> Path:
     return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
 
 
-@pytest.fixture(scope="session")
-def _migrated_store(tmp_path_factory) -> Path:
+_SESSION: dict = {}     # this process's migrated store ("migrated": its folder) and Prefect server ("server")
+
+
+def _migrated_store_of(config) -> Path:
     """Made once per run (the migrations take tens of seconds): the first worker that needs it
     migrates, under a lock, and the others copy its folder."""
-    shared = _run_temp(tmp_path_factory)
-    folder, done = shared / "migrated" / "artifacts", shared / "migrated" / "done"
-    with open(shared / "migrated.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            shutil.rmtree(folder, ignore_errors=True)       # a worker that failed half-way
-            proc = subprocess.run([sys.executable, "-c", _MIGRATE, f"paths.artifacts={folder}"], cwd=ROOT,
-                                  env=flow_env(), capture_output=True, text=True, timeout=300)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            done.touch()
-    return folder
+    if "migrated" not in _SESSION:
+        shared = _run_temp(config._tmp_path_factory)
+        folder, done = shared / "migrated" / "artifacts", shared / "migrated" / "done"
+        with open(shared / "migrated.lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                shutil.rmtree(folder, ignore_errors=True)       # a worker that failed half-way
+                proc = subprocess.run([sys.executable, "-c", _MIGRATE, f"paths.artifacts={folder}"], cwd=ROOT,
+                                      env=flow_env(), capture_output=True, text=True, timeout=300)
+                assert proc.returncode == 0, proc.stderr[-3000:]
+                done.touch()
+        _SESSION["migrated"] = folder
+    return _SESSION["migrated"]
+
+
+def _prefect_api_of(config) -> str:
+    """This worker's Prefect server (see prefect_api), started on first use."""
+    if "server" not in _SESSION:
+        from tasks.prefect_server import TemporaryServer
+
+        server = TemporaryServer(str(config._tmp_path_factory.mktemp("prefect-api") / "prefect"))
+        server.start()      # (stops what it started when it fails)
+        _SESSION["server"] = server
+    return _SESSION["server"].api_url
+
+
+def pytest_sessionfinish(session):
+    server = _SESSION.pop("server", None)
+    if server is not None:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _migrated_store(request) -> Path:
+    return _migrated_store_of(request.config)
 
 
 @pytest.fixture(scope="session")
@@ -97,17 +124,14 @@ def migrated(_migrated_store):
 
 
 @pytest.fixture(scope="session")
-def prefect_api(tmp_path_factory):
+def prefect_api(request) -> str:
     """The API URL of a Prefect server for this worker's flow runs (tasks/prefect_server.py's, with
     its home under the session's tmp dir), started on first use and stopped with the session: a
     flow run named a server by PREFECT_API_URL starts none of its own (the README's "Against a
     Prefect server"), which saves every run the server's start-up (seconds of CPU: Prefect's server
     imports). The runs that check the temporary server itself (test_faults.py, test_flow_cwd.py,
     run_flow(..., own_server=True)) start theirs as a user's run does."""
-    from tasks.prefect_server import TemporaryServer
-
-    with TemporaryServer(str(tmp_path_factory.mktemp("prefect-api") / "prefect")) as api_url:
-        yield api_url
+    return _prefect_api_of(request.config)
 
 
 @pytest.fixture
@@ -193,6 +217,40 @@ def pytest_collection_modifyitems(config, items):
 
 
 _held = None        # (gate, lock): held exclusively from one `alone` test to the next on this worker
+_prepared = False   # this worker's shared services made (_prepare)
+
+def _prepare(item, gate, lock) -> None:
+    """Under pytest-xdist, before a worker's first test: the migrated store and the worker's
+    Prefect server, when the run's tests use them, made holding the run's lock shared, as a test
+    does: both workers make theirs side by side, the migration (a child process, waited for in a
+    thread) beside the server's start (in the main thread: the server asks to die with the thread
+    that started it), and an `alone` test waits; instead of the first test that needs them doing
+    it, often an `alone` one, while the other worker waits idle. A failure is left to the
+    fixture, which raises it in the test that needs it."""
+    used = set().union(*(getattr(i, "fixturenames", ()) for i in item.session.items))
+    store, server = used & {"migrated", "_migrated_store"}, used & {"prefect_api", "run_flow"}
+    if not (store or server):
+        return
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    fcntl.flock(lock, fcntl.LOCK_SH)
+    fcntl.flock(gate, fcntl.LOCK_UN)
+    migrating = threading.Thread(target=_quietly, args=(_migrated_store_of, item.config)) if store else None
+    try:
+        if migrating:
+            migrating.start()
+        if server:
+            _quietly(_prefect_api_of, item.config)
+    finally:
+        if migrating:
+            migrating.join()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _quietly(make, config) -> None:
+    try:
+        make(config)
+    except Exception:  # noqa: BLE001 - raised again by the fixture, in a test
+        pass
 
 
 @pytest.hookimpl(wrapper=True)
@@ -201,7 +259,7 @@ def pytest_runtest_protocol(item, nextitem):
     it (around its whole set-up, call and tear-down, module fixtures included). The gate gives an
     `alone` test that waits priority over the next shared ones; consecutive `alone` tests of one
     worker keep both, so that the other worker's next test does not slip in between them."""
-    global _held
+    global _held, _prepared
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return (yield)
     alone = item.get_closest_marker("alone") is not None
@@ -210,6 +268,9 @@ def pytest_runtest_protocol(item, nextitem):
     else:
         folder = item.config._tmp_path_factory.getbasetemp().parent      # one per run, shared by its workers
         gate, lock = open(folder / "tests.gate", "a+"), open(folder / "tests.lock", "a+")
+        if not _prepared:
+            _prepared = True
+            _prepare(item, gate, lock)
         fcntl.flock(gate, fcntl.LOCK_EX)
         if alone:
             fcntl.flock(lock, fcntl.LOCK_EX)
