@@ -101,22 +101,16 @@ def _defer_gc() -> None:
 def startup_done() -> None:
     """Called by run_cli, the flow's modules imported: what they hold lives as long as the process,
     so it is moved out of the collector's sight (gc.freeze) before the collector is turned back
-    on. And when a flow is the program (those that never import Prefect too: rollback, gc,
-    feedback), everything is frozen again at exit (atexit), so that the interpreter's shutdown
-    does not walk the whole heap (about 2 s of an adapt) to free memory the OS takes back anyway.
-    Nothing is done for a flow imported by a Prefect worker or a test calling run_cli."""
-    global _gc_deferred, _exit_frozen
+    on; and everything is frozen again at exit (atexit), so that the interpreter's shutdown does
+    not walk the whole heap (about 2 s of an adapt) to free memory the OS takes back anyway.
+    Nothing is done where quiet_prefect() did not defer the collector (a flow imported by a
+    Prefect worker, a test calling run_cli)."""
+    global _gc_deferred
     if _gc_deferred:
         _gc_deferred = False
         gc.freeze()
         gc.enable()
-    script = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
-    if not _exit_frozen and script is not None and script.parent == FLOWS_DIR and _main_is(script):
-        _exit_frozen = True
         atexit.register(gc.freeze)
-
-
-_exit_frozen = False
 
 
 def _prefect_home(argv: list[str]) -> str:
