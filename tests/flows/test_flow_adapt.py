@@ -73,9 +73,8 @@ def test_design_card_command_on_fpga(run_flow, migrated, tmp_path):
     assert runs == {res.plan_path.parent.name: ["model:resnet_tiny", "target:fpga"]}
     assert db.execute("select key, type from artifact").fetchall() == [("plan-resnet-tiny-fpga", "markdown")]
     # the same model on a second target: its run joins the model's one experiment, told apart by the tag
-    # (against the worker's Prefect server: what is checked of this run is in MLflow)
     other = run_flow("adapt", "target=asic", "search=quick", "profile.reps=3", "profile.warmup=0",
-                     "profile.batch_gradient=[1]", "verify.runs=3", f"paths.artifacts={tmp_path}")
+                     "profile.batch_gradient=[1]", "verify.runs=3", f"paths.artifacts={tmp_path}", own_server=True)
     assert other.returncode == 0, other.stderr
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     runs = {r.data.tags["target"]: r for r in client.search_runs(
