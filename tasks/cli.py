@@ -13,7 +13,7 @@ from typing import Callable
 from metainfer_core.errors import MetaInferError
 from tasks.cli_help import composed_yaml, flow_help, parse_flags, prog_name
 from tasks.compose import load_settings
-from tasks.environment import configure, startup_done, use_temporary_server
+from tasks.environment import configure, startup_done, use_temporary_server, wants_debug
 from tasks.settings import RunSettings
 from tasks import progress, stores
 
@@ -78,7 +78,7 @@ def _say_stopped(name: str) -> int:
 
 def run_cli(argv: list[str], body: Callable[[RunSettings, dict], str]) -> int:
     startup_done()      # the garbage collector, deferred by quiet_prefect() while the flow imported its modules
-    debug = any(a.lower() in ("debug=true", "debug=1") for a in argv)
+    debug = wants_debug(argv)
     if not debug:  # Prefect logs task failures with their traceback; the paragraph below says it all
         logging.getLogger("prefect").setLevel(logging.CRITICAL)
         logging.getLogger("mlflow").setLevel(logging.WARNING)      # "Creating initial MLflow database tables..."

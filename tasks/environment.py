@@ -66,13 +66,18 @@ def _main_is(script: Path) -> bool:
     return main_file is not None and Path(main_file).resolve() == script
 
 
+def wants_debug(argv: list[str]) -> bool:
+    """debug=true on the command line: errors raise with their traceback."""
+    return any(a.lower() in ("debug=true", "debug=1") for a in argv)
+
+
 def _refuse_early(argv: list[str]) -> dict | None:
     """The composed settings of a flow's command line of overrides only; one that does not
     validate is refused as run_cli refuses it (the same `error:` paragraph, exit 2), but before
     the flow imports Prefect, MLflow and the pipeline (a second instead of about six). None, and
     nothing refused, for a command line with flags (--help, --cfg job, a flow's own such as
     --serve: run_cli parses them first) or with debug=true (run_cli raises with the traceback)."""
-    if any(a.startswith("-") or a.lower() in ("debug=true", "debug=1") for a in argv):
+    if any(a.startswith("-") for a in argv) or wants_debug(argv):
         return None
     from metainfer_core.errors import MetaInferError
     from tasks.compose import load_settings

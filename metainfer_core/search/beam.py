@@ -249,11 +249,15 @@ class _Search:
         fresh = self.evaluator.measures_anew(state, action, params)
         return time.perf_counter() + self._rewrite_s(action, params) + (self.fresh_s[fresh] if fresh else 0.0) <= until
 
+    def reuses(self, state: Candidate, action, params: dict) -> bool:
+        """Whether the expansion measures nothing new: no new precision or path, no quantizer
+        calibrating (float layers fitted by runs may still run the graph)."""
+        return not (self.evaluator.measures_anew(state, action, params) or action.calibrates(params))
+
     def warm(self, state: Candidate, action, params: dict) -> bool:
-        """Whether the expansion re-uses every measurement: no new precision or path, no
-        quantizer calibrating, no float layers fitted by runs."""
-        return not (self.evaluator.measures_anew(state, action, params) or action.calibrates(params)
-                    or params.get(FLOAT_LAYERS) == FIT)
+        """Whether the expansion re-uses every measurement: it measures nothing new and fits no
+        float layers by runs."""
+        return self.reuses(state, action, params) and params.get(FLOAT_LAYERS) != FIT
 
     def _rewrite_s(self, action, params) -> float:
         """What the rewrite and scoring alone likely cost: an outside quantizer calibrates (it
@@ -282,11 +286,8 @@ class _Search:
                 todo = sorted(todo, key=lambda t: (_keeps(t), bool(self.evaluator.measures_anew(state, t[0], t[1]))))
             self.clock["expand_s"] += time.perf_counter() - t_exp
             fresh_tried = False
-
-            def cheap(t, state=state) -> bool:
-                return not (self.evaluator.measures_anew(state, t[0], t[1]) or t[0].calibrates(t[1]))
-
-            for action, params, site in measured_first_within_turns(todo, cheap):
+            for action, params, site in measured_first_within_turns(
+                    todo, lambda t, s=state: self.reuses(s, t[0], t[1])):
                 measured_before = self.evaluator.measuring_s()
                 # a level's first may run past its slice (within the budget): a dive whose state
                 # has nothing cheap left to add still goes deeper. So may the dive's first child
