@@ -14,7 +14,8 @@ Otherwise the default stays (rolled_back).
 "Beyond noise" uses the interleaved rounds of verify: each round timed the default and the
 candidate back to back, so the per-round ratio candidate/default cancels slow drift of a shared
 machine. Faster: the bootstrap upper bound (95th percentile) of the median ratio is below
-1 - MIN_GAIN; slower: its lower bound (5th percentile) is above 1 + MIN_GAIN."""
+1 - MIN_GAIN; slower: its lower bound (5th percentile) is above 1 + MIN_GAIN. A faster plan's median must also be
+below the default's (the figures plan.md reports beside the decision)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -88,7 +89,9 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
         median, low, high = ratio_bounds(baseline.samples_ms, c.samples_ms)
         mem_ratio = c.peak_mem_bytes / base_mem
         saved = 1 - c.peak_mem_bytes / max(baseline.peak_mem_bytes, 1)
-        faster = high < 1 - MIN_GAIN
+        # the medians reported beside the decision must agree with it: paired rounds that say "faster"
+        # while the candidate's median is not below the default's are drift, not a gain
+        faster = high < 1 - MIN_GAIN and c.latency_ms < baseline.latency_ms
         saves_memory = (objective is not None and objective.memory > 0 and saved >= MIN_MEM_GAIN
                         and low <= 1 + MIN_GAIN)
         if not (faster or saves_memory or not default_fits):

@@ -169,8 +169,9 @@ def test_corpus_model_adapts_quickly_on_cpu(key, run_flow, migrated, tmp_path):
     # default / skipped: no plan predicted to beat the default, or the default too fast to search
     assert p["decision"] in ("adapted", "rolled_back", "default", "skipped"), p["decision"]
     base, chosen = p["baseline"]["latency_ms"], p["measured"]["latency_ms"]
-    if p["decision"] == "adapted":  # rollback keeps only a candidate that pays
-        assert chosen < base, (chosen, base)
+    if p["decision"] == "adapted":  # rollback keeps only a candidate that pays: faster, or 5 % leaner
+        lean = p["measured"]["peak_mem_bytes"] <= 0.95 * p["baseline"]["peak_mem_bytes"]
+        assert chosen < base or lean, (chosen, base, p["reason"])
     elif base is not None:
         assert chosen == pytest.approx(base)
     assert (p["measured"]["accuracy_loss"] or 0.0) <= p["accuracy_bound"]

@@ -143,3 +143,14 @@ def test_memory_base_prices_memory_by_the_target():
     assert memory_base(22 * MiB, HOST, HOST, 0.0) == 22 * MiB            # every byte relative to the default
     assert memory_base(6_000_000, 2**29, 8 * 2**20, 0.25) == 6_000_000   # a device the model fills
     assert memory_base(700_000, 98_304, 98_304, 0.25) == 98_304          # the default does not fit
+
+
+def test_paired_rounds_that_disagree_with_the_medians_do_not_adapt():
+    # drift: the default ran slow in the last 9 rounds; paired ratios say 0.9 in 17 of 20 rounds, yet the
+    # candidate's median (1.2) is above the default's (1.0), so plan.md would report a slower "adapted" plan
+    base_ms = [1.0] * 11 + [2.0] * 9
+    cand_ms = [1.2] * 3 + [0.9] * 8 + [1.8] * 9
+    base = Verified("default", latency_ms=float(np.median(base_ms)), peak_mem_bytes=100, samples_ms=base_ms)
+    cand = Verified("a", latency_ms=float(np.median(cand_ms)), peak_mem_bytes=100, samples_ms=cand_ms)
+    d = decide(base, [cand], max_loss=0.01, memory_limit=1000)
+    assert d.decision == "rolled_back" and "not faster" in d.reason
