@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from bench import plan_predictions
 from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS, PLANS
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -358,12 +359,21 @@ def markdown(results: dict) -> str:
                   "| model | GFLOP | MB | plan precision | bound | limit ms | adapted ms | adapted / limit |",
                   "|---|---|---|---|---|---|---|---|"]
         lines += [roofline_row(m) for m in results["models"] if m.get("roofline")]
-    lines += _predictor(results.get("predictor")) + _scaling(results.get("search_scaling")) \
+    lines += _cost_model(results.get("cost_model")) + _predictor(results.get("predictor")) + _scaling(results.get("search_scaling")) \
         + _reprofile(results.get("reprofile")) + _mlflow(results.get("mlflow"))
     plots = results.get("plots") or []
     if plots:
         lines += ["", "## Plots", ""] + [f"![{n}]({n})" for n in plots]
     return "\n".join(lines) + "\n"
+
+
+def _cost_model(f: dict | None) -> list[str]:
+    if not f or not f.get("models"):
+        return []
+    return ["", "## Cost model on these models (adapt's predictions vs its verify, bench/plan_predictions.py)", "",
+            "Each model's first adapt of this run (the defaults; a fresh store had never seen that model: it "
+            "held the models before it in the table, the learning curve); its default plan and every verified "
+            "plan that ran. Error: |predicted / measured - 1| of latency.", ""] + plan_predictions.markdown(f)
 
 
 def _predictor(p: dict | None) -> list[str]:

@@ -34,7 +34,7 @@ from pathlib import Path
 import onnxruntime as ort
 from mlflow.tracking import MlflowClient
 
-from bench import mlflow_compare, modelset, plots, report, roofline, search_scaling
+from bench import mlflow_compare, modelset, plan_predictions, plots, report, roofline, search_scaling
 from bench.predictor import run_target
 from bench.reprofile_cost import backend as target_backend
 from bench.reprofile_cost import measure as reprofile_measure
@@ -224,6 +224,9 @@ def main(argv: list[str]) -> int:
     first = measure_peaks(cpu, "start")
     client = MlflowClient(tracking_uri=uri)
     results["models"] = run_models(a, client)
+    ran = [m for m in results["models"] if not m.get("error")]
+    results["cost_model"] = plan_predictions.figures(plan_predictions.first_adapts(
+        [json.loads((ROOT / m["run_folder"] / "plan.json").read_text()) for m in ran]))
     side_benchmarks(a, results)
     peaks = roofline.best(first, measure_peaks(cpu, "end"))
     results["peaks"] = peaks.as_dict()

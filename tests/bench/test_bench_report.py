@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bench import plots, report, roofline
+from bench import plan_predictions, plots, report, roofline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,6 +186,15 @@ def test_report_names_runs_ratios_failures_and_sections():
     assert "| 997 | 40.0 | 133 | 0.301 | 10.00x |" in md                 # search scaling vs smallest
     assert "| fpga (modeled) | 10.0 (300) | 0.50 | 0.05x | firmware | 1.00 (Conv) | 100 / 200 | 0.10x |" in md
     assert "![pareto.png](pareto.png)" in md
+    assert "## Cost model" not in md                                    # a results.json of before the section
+
+
+def test_report_shows_the_cost_model_on_the_models_of_the_run():
+    from tests.bench.test_plan_predictions import plan
+
+    r = results() | {"cost_model": plan_predictions.figures([plan("m", "balanced", (10, 11), [("openvino:f32", 5, 6, None)])])}
+    md = report.markdown(r)
+    assert "## Cost model on these models" in md and "| m | 0 | 2 | – | " in md and "| openvino:f32 | 1 | 17% |" in md
 
 
 def test_peers_table_keeps_failed_models_and_every_column():
