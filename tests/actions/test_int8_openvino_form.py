@@ -115,3 +115,34 @@ def test_scope_all_concats_share_a_scale_too():
     assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
     compiled = host().compile(out)
     assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING
+
+
+def _signed_concat_graph() -> onnx.ModelProto:
+    """Two convolutions whose outputs (signed: no activation) a Concat joins for a third."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w = lambda name, o, i: numpy_helper.from_array(rng.normal(0, 0.3, (o, i, 3, 3)).astype(np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], name="conv_a", pads=[1] * 4),
+             helper.make_node("Conv", ["x", "w2"], ["b"], name="conv_b", pads=[1] * 4),
+             helper.make_node("Concat", ["a", "b"], ["ab"], name="concat", axis=1),
+             helper.make_node("Conv", ["ab", "w3"], ["y"], name="conv_y", pads=[1] * 4)]
+    g = helper.make_graph(nodes, "signed_concat", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+                          [w("w1", 8, 4), w("w2", 8, 4), w("w3", 8, 16)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_concat_of_signed_data_is_computed_on_openvino_as_on_ort():
+    # OpenVINO's CPU plugin concatenated signed int8 data wrongly (15 % error on an AVX2 CPU); the
+    # same grid as uint8 with zero point 128 it computes as ONNX Runtime does
+    m = _signed_concat_graph()
+    out, feeds = apply("int8", m, OV_INT8, target="cpu")
+    producer, inits = _wiring(out)
+    concat = next(n for n in out.graph.node if n.op_type == "Concat")
+    zps = [inits[producer[i].input[2]] for i in concat.input]
+    assert all(z.dtype == np.uint8 and int(z) == 128 for z in zps)        # signed range, uint8 grid
+    on_ort = run_cpu(out, feeds)
+    assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
+    compiled = host().compile(out)
+    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING

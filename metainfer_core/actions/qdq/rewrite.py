@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 
 from metainfer_core.actions.base import commit_rewrite, derived, infos_of, opset_of, wiring
 from metainfer_core.actions.qdq.calibration import RangeTable
-from metainfer_core.actions.qdq.params import act_params, symmetric_act_params, weight_axis, weight_quant
+from metainfer_core.actions.qdq.params import act_params, concat_act_params, symmetric_act_params, weight_axis, weight_quant
 from metainfer_core.ir.graph_utils import clone, node_reads
 
 COMPUTE_OPS = ("Conv", "MatMul", "Gemm")
@@ -183,7 +183,7 @@ class _Rewrite:
         self.table.ensure(self.model, [t for ts in members.values() for t in ts])
         for ts in members.values():
             rs = [self.table.lookup(t) for t in ts]
-            s_, z_ = symmetric_act_params((min(r[0] for r in rs), max(r[1] for r in rs)))
+            s_, z_ = concat_act_params((min(r[0] for r in rs), max(r[1] for r in rs)))
             shared = (self.const(derived(ts[0], "scale"), s_), self.const(derived(ts[0], "zp"), z_), s_)
             for t in ts:
                 self.params[t] = shared
