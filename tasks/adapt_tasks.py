@@ -110,7 +110,8 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
         settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,
         cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision, chosen=chosen,
         timings=timings, artifact=artifact, mlflow_run_id=mlflow_run_id, budget=budget, calibration=calibration,
-        execution_path=path_record(backend, chosen_model), verify_remote=remote), _progress)
+        execution_path=path_record(backend, chosen_model), verify_remote=remote), _progress,
+        outcome.result.log if outcome.result else None)
 
 
 def _summary(plan_path: str) -> str:

@@ -23,6 +23,7 @@ from metainfer_core.actions.base import share_analysis
 from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS
 from metainfer_core.actions.nncf_engine import NNCF
 from metainfer_core.actions.ort_engine import ORT
+from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.timing import runs_per_sample
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
@@ -70,6 +71,13 @@ class SearchResult:
     depth: int = 0                       # the configured depth (levels: the deepest one reached)
     skipped: int = 0                     # expansions left out because they would not fit the budget
     dive_stalled_at: int = 0             # the dive's level where no child was predicted to gain (0: it did not stall)
+    log: list[dict] = field(default_factory=list)   # every expansion made or pruned, in order (search_log.json)
+
+
+def _entry(level: int, steps: tuple[Step, ...], **fields) -> dict:
+    """One line of the search log: the level, the plan's steps (kind and parameters), what happened."""
+    return {"level": level, "steps": [f"{s.kind}(" + ", ".join(f"{k}={v}" for k, v in s.params) + ")" for s in steps],
+            **{k: v for k, v in fields.items() if v is not None}}
 
 
 def expansions(state: Candidate, space: dict[str, dict[str, Any]], ctx: ActionContext, result: SearchResult):
@@ -215,6 +223,7 @@ class _Search:
         lossy = any(ACTIONS[a].lossy for a in space)
         self.deadline = t0 + budget_s * (1 - EXACT_SHARE * lossy)
         self.keep = keep
+        self.level = 0          # the level being expanded (the search log says where each plan was made)
         self.seen = {self.result.default.key}
         self.made: dict[tuple, Candidate | None] = {}        # (state key, step) -> its child
         self.made_at: dict[int, int] = {}        # candidate -> the order it was scored in
@@ -275,6 +284,7 @@ class _Search:
         expanded, never returned)."""
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []
+        self.level = level
         for state in states:
             t_exp = time.perf_counter()
             todo = in_budget_order(expansions(state, self.space, self.ctx, self.result))
@@ -308,7 +318,10 @@ class _Search:
                         if child is not None:
                             self.ahead_of[id(child)] = None
                             self.ahead_of[id(cand)] = min(self.ahead_of.get(id(cand), child.score), child.score)
+                    deferred = cand.accuracy_deferred
                     self.evaluator.reanchor(cand)       # binding it may have timed its graph
+                    if deferred and not cand.accuracy_deferred:
+                        self.note(state, cand, "estimated once its bound plans ranked it ahead")
                     if cand.violation:      # its loss, deferred, estimated now that it ranks ahead
                         frontier.remove(cand)
                         self.prune(cand.violation.split(":")[0])
@@ -356,6 +369,7 @@ class _Search:
             if self._dominated(state, action, params, site):
                 self.made[memo] = None
                 self.prune(DOMINATED)
+                self.result.log.append(_entry(self.level, state.steps + (step,), pruned=DOMINATED))
                 return None
             t_start = time.perf_counter()
             measured_before = self.evaluator.measuring_s()
@@ -384,6 +398,14 @@ class _Search:
         frontier.append(cand)
         return cand
 
+    def note(self, state: Candidate, cand: Candidate, event: str | None = None) -> None:
+        """The search log's entry for a scored candidate (`event`: what changed it later)."""
+        self.result.log.append(_entry(self.level, cand.steps, event=event, n=self.made_at.get(id(cand)),
+                                      predicted_ms=cand.latency_ms, loss=cand.accuracy_loss,
+                                      loss_exact=cand.accuracy_exact, loss_deferred=cand.accuracy_deferred,
+                                      score=cand.score, violation=cand.violation,
+                                      path=ExecutionPath.of(cand.model).label))
+
     def prune(self, reason: str) -> None:
         self.result.pruned[reason] = self.result.pruned.get(reason, 0) + 1
 
@@ -407,6 +429,7 @@ class _Search:
             model = action.apply(state.model, site, params, self.ctx)
         except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
             result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            result.log.append(_entry(self.level, state.steps + (step,), failed=result.failed[action.name]))
             return None
         finally:
             spent = time.perf_counter() - t_apply
@@ -420,6 +443,7 @@ class _Search:
         self.clock["hash_s"] += time.perf_counter() - t_hash
         if cand.key in self.seen:
             result.duplicates += 1
+            result.log.append(_entry(self.level, cand.steps, pruned="duplicate"))
             return None
         self.seen.add(cand.key)
         try:
@@ -429,6 +453,7 @@ class _Search:
             return None
         result.evaluated += 1
         self.made_at[id(cand)] = result.evaluated
+        self.note(state, cand)
         if cand.violation:
             reason = cand.violation.split(":")[0]
             self.prune(reason)

@@ -47,7 +47,7 @@ def _check_contract(plan: dict, tmp_path) -> None:
     experiment = client.get_experiment(run.info.experiment_id)
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"     # the model-training view
     names = {a.path for a in MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").list_artifacts(run.info.run_id)}
-    assert {"plan.json", "plan.md", "feature_map.json"} <= names and not names & {"model.onnx", "default.onnx"}   # stored once
+    assert {"plan.json", "plan.md", "feature_map.json", "search_log.json"} <= names and not names & {"model.onnx", "default.onnx"}   # stored once
     version = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db").get_model_version(
         plan["registry"]["registered_model"], plan["registry"]["active_version"])
     assert Path(version.source).parent == Path(plan["artifact"]).parent         # the run folder's model
@@ -66,6 +66,8 @@ def test_design_card_command_on_fpga(run_flow, migrated, tmp_path):
     assert plan["weights"]["name"] == "embedded"
     assert plan["decision"] == "adapted" and plan["actions"]        # the default is far from best on an fpga
     assert plan["measured"]["latency_ms"] < plan["baseline"]["latency_ms"]
+    log = json.loads((res.plan_path.parent / "search_log.json").read_text())      # what the search tried
+    assert len([e for e in log if "n" in e and "event" not in e]) == plan["search"]["evaluated"] > 0
     _check_readable(res, plan)
     # the Prefect flow run, as its UI lists it: named like the run folder, tagged, plan.md as an artifact
     db = sqlite3.connect(tmp_path / "prefect" / "prefect.db")

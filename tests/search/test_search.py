@@ -104,6 +104,12 @@ def test_finds_better_plans_without_running_each_candidate(models, predictors, m
     assert any(s.kind in LOSSY for c in res.top for s in c.steps)
     assert all(c.accuracy_exact for c in res.top)
     assert len(runs) <= 3 * 3 and res.evaluated > 3 * len(runs)
+    # the search log: every scored plan once, with its level, steps and figures, in the order scored
+    scored = [e for e in res.log if "n" in e and "event" not in e]
+    assert [e["n"] for e in scored] == list(range(1, res.evaluated + 1))
+    assert all(1 <= e["level"] <= 2 and len(e["steps"]) == e["level"] and e["predicted_ms"] > 0 for e in scored)
+    assert {e["steps"][0].split("(")[0] for e in scored} >= {s.kind for c in res.top for s in c.steps[:1]}
+    assert sum(e.get("pruned") == "duplicate" for e in res.log) == res.duplicates
 
 
 def test_npu_prefers_int8_and_reports_binding(models, predictors):
@@ -660,6 +666,8 @@ def test_float_layers_are_not_tried_where_whole_int8_cannot_beat_the_default(mod
     space = {"int8": {**ONE_INT8, "float_layers": [0, 1, 2]}}
     slow, ev = _searched(models, _Priced(**INT8_SLOW), space)
     assert slow.pruned.get(DOMINATED) == 2 and slow.evaluated == 1 and not slow.top, (slow.pruned, slow.evaluated)
+    assert [e["steps"][0].split("float_layers=")[1].split(",")[0] for e in slow.log if e.get("pruned") == DOMINATED] \
+        == ["1", "2"]                                   # the search log names what was left out and why
     assert not ev.sensitivity.parts
     fast, _ = _searched(models, _Priced(**INT8_FAST), space)
     assert DOMINATED not in fast.pruned and fast.top
