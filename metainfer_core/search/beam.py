@@ -74,6 +74,10 @@ class SearchResult:
     log: list[dict] = field(default_factory=list)   # every expansion made or pruned, in order (search_log.json)
 
 
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+
+
 def _entry(level: int, steps: tuple[Step, ...], **fields) -> dict:
     """One line of the search log: the level, the plan's steps (kind and parameters), what happened."""
     return {"level": level, "steps": [f"{s.kind}(" + ", ".join(f"{k}={v}" for k, v in s.params) + ")" for s in steps],
@@ -375,7 +379,13 @@ class _Search:
             measured_before = self.evaluator.measuring_s()
             # what is measured without being foreseen (int8's float-layer fits) is priced as a precision
             fresh = self.evaluator.measures_anew(state, action, params) or "precision"
-            narrowed = action.narrow(site, params, self.ctx.cache)     # may measure (int8's float layers)
+            try:
+                narrowed = action.narrow(site, params, self.ctx.cache)     # may measure (int8's float layers)
+            except Exception as exc:  # noqa: BLE001 - a choice that cannot be narrowed prunes itself only
+                self.made[memo] = None
+                self.result.failed[action.name] = f"narrowing: {type(exc).__name__}: {_first_line(exc)}"
+                self.result.log.append(_entry(self.level, state.steps + (step,), failed=self.result.failed[action.name]))
+                return None
             if narrowed is not None and narrowed != site:
                 site, step = narrowed, Step(action.name, narrowed, step.params)
             cand = self.made[memo] = (self._make(state, action, params, site, step) if narrowed is not None
@@ -428,7 +438,7 @@ class _Search:
         try:
             model = action.apply(state.model, site, params, self.ctx)
         except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
-            result.failed[action.name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            result.failed[action.name] = f"{type(exc).__name__}: {_first_line(exc)}"
             result.log.append(_entry(self.level, state.steps + (step,), failed=result.failed[action.name]))
             return None
         finally:
@@ -449,7 +459,7 @@ class _Search:
         try:
             self.evaluator.evaluate(cand, parent=state if same_graph else None, origin=state)
         except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
-            result.failed[action.name] = f"scoring: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+            result.failed[action.name] = f"scoring: {type(exc).__name__}: {_first_line(exc)}"
             return None
         result.evaluated += 1
         self.made_at[id(cand)] = result.evaluated
@@ -602,7 +612,7 @@ def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, 
                 evaluator.exact(c)
             except Exception as exc:  # noqa: BLE001 - a candidate that fails to run is dropped with its reason
                 kind = c.steps[-1].kind if c.steps else "default"
-                result.failed[kind] = f"exact check: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                result.failed[kind] = f"exact check: {type(exc).__name__}: {_first_line(exc)}"
                 continue
             if c.violation:
                 result.pruned["accuracy (exact check)"] = result.pruned.get("accuracy (exact check)", 0) + 1

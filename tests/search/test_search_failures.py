@@ -84,3 +84,24 @@ def test_a_candidate_that_fails_its_exact_run_is_dropped(resnet, monkeypatch):
     assert "exact check: " in res.failed["unrunnable"]
     assert all(all(st.kind != "unrunnable" for st in c.steps) for c in res.top)
     assert np.isfinite([c.score for c in res.top]).all()
+
+
+class Unnarrowable(Unrunnable):
+    """A fake whose narrowing (what int8's float layers measure first) fails."""
+    name = "unnarrowable"
+
+    def narrow(self, site, params, cache):
+        raise RuntimeError("the sensitivity run failed\nsecond line")
+
+
+def test_a_choice_whose_narrowing_fails_is_dropped(resnet, monkeypatch):
+    m, feeds, reference = resnet
+    monkeypatch.setitem(ACTIONS, "unnarrowable", Unnarrowable())
+    be = backend("gpu")
+    ctx = ActionContext(target=be.info, calibration_feeds=feeds)
+    lossy = {n for n, a in ACTIONS.items() if a.lossy}
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.05, feeds, reference, lossy, ctx=ctx)
+    res = beam_search(m, {"unnarrowable": {}, **SPACE}, ev, ctx, beam_width=3, depth=1, top_k=3, time_budget_s=60)
+    assert res.failed["unnarrowable"] == "narrowing: RuntimeError: the sensitivity run failed"
+    assert res.top and all(all(st.kind != "unnarrowable" for st in c.steps) for c in res.top)
+    assert any(e.get("failed", "").startswith("narrowing") for e in res.log)

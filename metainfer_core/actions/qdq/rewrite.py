@@ -255,8 +255,10 @@ class _Rewrite:
         if n.op_type in self.weighted and len(n.input) > 1 and n.input[1] in self.inits \
                 and self.inits[n.input[1]].data_type == _F32:
             b_name = n.input[2] if len(n.input) > 2 else ""
+            # an int32 bias is per output channel: a Gemm's 2-D C (1 x N, broadcast) stays float
             if (not self.inputs_only and n.op_type in ("Conv", "Gemm") and b_name in self.inits
-                    and self.is_float(first_in) and self.inits[b_name].data_type == _F32):
+                    and self.is_float(first_in) and self.inits[b_name].data_type == _F32
+                    and len(self.inits[b_name].dims) == 1):
                 x_scale = np.float64(self.params[first_in][2])
                 w_scale = self.weight(n, self.bias_floor(n, b_name, x_scale))
                 self.quantized_bias(n, b_name, w_scale, x_scale)
