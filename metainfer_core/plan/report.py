@@ -17,16 +17,29 @@ def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
 _INT8 = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)
 
 
+_ENGINES = {"onnxruntime": "ONNX Runtime's quantize_static", "nncf": "NNCF"}   # not meta-infer's own rewrite
+
+
+def _int8_variant(p: dict) -> str:
+    """What tells int8 plans apart beyond their types: who wrote the Q/DQ, every op quantized."""
+    parts = [{"onnxruntime": "ORT quantizer", "nncf": "NNCF"}[p["engine"]]] if p.get("engine") in _ENGINES else []
+    parts += ["all ops"] if p.get("scope") == "all" else []
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 # kind -> (short name, from the step's params; what it does in words)
 _WORDS: dict[str, tuple[Callable[[dict], str], Callable[[dict], str]]] = {
     "int8": (lambda p: ("int8 OpenVINO form" if p.get("placement") == "inputs" else
-                        f"int8 {_INT8.get(p.get('activation_type'), '?')}{_INT8.get(p.get('weight_type'), '?')}"),
+                        f"int8 {_INT8.get(p.get('activation_type'), '?')}{_INT8.get(p.get('weight_type'), '?')}")
+             + _int8_variant(p),
              lambda p: (f"quantize to int8 in OpenVINO's form (only what quantized ops read; symmetric activations, "
                         f"{p.get('weight_type', '?')} weights, float outputs), calibrated with "
                         f"{p.get('calibrate_method', 'MinMax')}, run on OpenVINO" if p.get("placement") == "inputs" else
                         f"quantize to int8, static QDQ calibrated with {p.get('calibrate_method', 'MinMax')} "
                         f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
-                        f"per-channel {p.get('per_channel', '?')})")),
+                        f"per-channel {p.get('per_channel', '?')})")
+             + (f", {'every supported op' if p.get('scope') == 'all' else 'Conv/MatMul/Gemm'}" if p.get("scope") else "")
+             + (f", written by {_ENGINES.get(p.get('engine'), p.get('engine'))}" if p.get("engine") in _ENGINES else "")),
     "int8_dynamic": (lambda p: "int8 dynamic",
                      lambda p: f"quantize MatMul/Gemm weights to {p.get('weight_type', 'int8')} with activation "
                                "scales computed at run time"),

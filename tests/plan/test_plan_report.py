@@ -170,6 +170,16 @@ def test_a_mixed_precision_step_says_how_many_layers_stay_float():
     assert action_name(fit) == "int8 u8s8, 17 layers float"
 
 
+def test_int8_plans_are_told_apart_by_who_wrote_them_and_what_they_quantize():
+    base = ACTIONS["int8"].with_defaults({})
+    name = lambda **kw: action_name({"kind": "int8", "params": dict(base, **kw)})  # noqa: E731
+    assert name(engine="onnxruntime") == "int8 u8s8 (ORT quantizer)"
+    assert name(scope="all") == "int8 u8s8 (all ops)"
+    assert name(placement="inputs", engine="nncf") == "int8 OpenVINO form (NNCF)"
+    assert len({name(), name(engine="onnxruntime"), name(scope="all")}) == 3
+    assert "written by ONNX Runtime's quantize_static" in action_words({"kind": "int8", "params": dict(base, engine="onnxruntime")})
+
+
 def test_the_search_line_says_why_it_stopped_short_of_its_depth():
     from metainfer_core.plan.report import search_text
 
