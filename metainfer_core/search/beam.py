@@ -74,6 +74,11 @@ class SearchResult:
     log: list[dict] = field(default_factory=list)   # every expansion made or pruned, in order (search_log.json)
 
 
+def _memo(state: Candidate, kind: str, site, params: dict) -> tuple:
+    """What identifies an expansion (a child is made once per state, step and parameters)."""
+    return state.key, kind, site, repr(tuple(sorted(params.items())))
+
+
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
 
@@ -233,6 +238,7 @@ class _Search:
         self.made_at: dict[int, int] = {}        # candidate -> the order it was scored in
         self.best_of_kind: dict[tuple, Candidate] = {}
         self.ahead_of: dict[int, float | None] = {}  # graph -> its best bound plan's score; bound plan -> None
+        self.fastest_bound: dict[int, float] = {}   # lossy graph -> its best bound plan's score at zero loss
         self.lookahead = {k: v for k, v in space.items() if k == "binding"}
         self.clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
         self.per_action: dict[str, float] = {}
@@ -322,6 +328,10 @@ class _Search:
                         if child is not None:
                             self.ahead_of[id(child)] = None
                             self.ahead_of[id(cand)] = min(self.ahead_of.get(id(cand), child.score), child.score)
+                        made = self.made.get(_memo(cand, a2.name, s2, p2))
+                        if made is not None:    # over the accuracy bound too: what float layers could reach
+                            at_zero = self.zero_loss_score(made)
+                            self.fastest_bound[id(cand)] = min(self.fastest_bound.get(id(cand), at_zero), at_zero)
                     deferred = cand.accuracy_deferred
                     self.evaluator.reanchor(cand)       # binding it may have timed its graph
                     if deferred and not cand.accuracy_deferred:
@@ -361,7 +371,7 @@ class _Search:
         expanded further) or would not fit by `until`. Made once: asked again (the widening
         meets the dive's children), the same candidate is filed at no cost."""
         step = Step(action.name, site, tuple(sorted(params.items())))
-        memo = (state.key, step.kind, step.site, repr(step.params))
+        memo = _memo(state, action.name, site, params)
         if memo in self.made:
             cand = self.made[memo]
         else:
@@ -426,11 +436,17 @@ class _Search:
         precision's sensitivity (seconds on a large graph)."""
         if not params.get(FLOAT_LAYERS):
             return False
-        whole = self.made.get((state.key, action.name, site, repr(tuple(sorted({**params, FLOAT_LAYERS: 0}.items())))))
+        whole = self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0}))
         if whole is None or whole.violation or self.evaluator.base_score is None:
             return False
-        bound = self.ahead_of.get(id(whole))
-        return min(whole.score, whole.score if bound is None else bound) >= self.evaluator.base_score
+        # its plans bound to another path count even over the accuracy bound (the whole-int8 graph
+        # on OpenVINO): float layers bring the loss down, not the speed up
+        at_zero = self.zero_loss_score(whole)
+        return min(at_zero, self.fastest_bound.get(id(whole), at_zero)) >= self.evaluator.base_score
+
+    def zero_loss_score(self, c: Candidate) -> float:
+        """A plan's score without its accuracy term: the best any float-layer variant of it could do."""
+        return c.score - self.evaluator.weights.accuracy * c.accuracy_loss
 
     def _make(self, state: Candidate, action, params, site, step: Step) -> Candidate | None:
         result = self.result

@@ -673,6 +673,29 @@ def test_float_layers_are_not_tried_where_whole_int8_cannot_beat_the_default(mod
     assert DOMINATED not in fast.pruned and fast.top
 
 
+def test_float_layers_are_tried_where_whole_int8_pays_on_another_path_even_over_the_bound():
+    """Whole int8 cannot beat the default where it is (predicted slow there, its loss deferred),
+    but bound to OpenVINO it ranks ahead at zero loss, over the accuracy bound: float layers bring
+    the loss within the bound at about that speed (wakeword's int8 + OpenVINO plan was lost to
+    this prune), so they are tried; without a bound plan that pays, they are not."""
+    from types import SimpleNamespace
+
+    from metainfer_core.search.beam import _memo, _Search
+
+    params = dict(ACTIONS["int8"].with_defaults({}), float_layers="fit")
+    state, whole = Candidate(None, key="state"), Candidate(None, key="whole", score=1.12)
+    run = _Search.__new__(_Search)
+    run.made, run.fastest_bound = {_memo(state, "int8", "site", {**params, "float_layers": 0}): whole}, {}
+    run.evaluator = SimpleNamespace(base_score=1.0, weights=BALANCED)
+    assert run._dominated(state, ACTIONS["int8"], params, "site")
+    bound = Candidate(None, key="bound", score=0.92 + BALANCED.accuracy * 0.016, accuracy_loss=0.016)   # over 0.01
+    run.fastest_bound[id(whole)] = run.zero_loss_score(bound)
+    assert run.zero_loss_score(bound) == pytest.approx(0.92)
+    assert not run._dominated(state, ACTIONS["int8"], params, "site")
+    run.fastest_bound[id(whole)] = 1.05          # bound, still behind the default: nothing to gain
+    assert run._dominated(state, ACTIONS["int8"], params, "site")
+
+
 def test_each_turn_takes_the_actions_choice_that_reuses_a_measurement_first():
     """After whole int8 with uint8 activations measured its sensitivity, int8 keeping layers in
     float with the same activations re-uses it and comes at int8's next turn, before int8 with
