@@ -73,14 +73,19 @@ def test_a_candidate_the_predictor_cannot_score_is_dropped(resnet):
     assert res.evaluated > 0 and all(all(st.kind != "int8" for st in c.steps) for c in res.top)
 
 
-def test_a_candidate_that_fails_its_exact_run_is_dropped(resnet, monkeypatch):
+def _search_with(fake: Action, resnet, monkeypatch):
+    """A one-level search on gpu (modeled) over `fake` beside fp16 and int8."""
     m, feeds, reference = resnet
-    monkeypatch.setitem(ACTIONS, "unrunnable", Unrunnable())
+    monkeypatch.setitem(ACTIONS, fake.name, fake)
     be = backend("gpu")
     ctx = ActionContext(target=be.info, calibration_feeds=feeds)
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
     ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.05, feeds, reference, lossy, ctx=ctx)
-    res = beam_search(m, {"unrunnable": {}, **SPACE}, ev, ctx, beam_width=3, depth=1, top_k=3, time_budget_s=60)
+    return beam_search(m, {fake.name: {}, **SPACE}, ev, ctx, beam_width=3, depth=1, top_k=3, time_budget_s=60)
+
+
+def test_a_candidate_that_fails_its_exact_run_is_dropped(resnet, monkeypatch):
+    res = _search_with(Unrunnable(), resnet, monkeypatch)
     assert "exact check: " in res.failed["unrunnable"]
     assert all(all(st.kind != "unrunnable" for st in c.steps) for c in res.top)
     assert np.isfinite([c.score for c in res.top]).all()
@@ -95,13 +100,7 @@ class Unnarrowable(Unrunnable):
 
 
 def test_a_choice_whose_narrowing_fails_is_dropped(resnet, monkeypatch):
-    m, feeds, reference = resnet
-    monkeypatch.setitem(ACTIONS, "unnarrowable", Unnarrowable())
-    be = backend("gpu")
-    ctx = ActionContext(target=be.info, calibration_feeds=feeds)
-    lossy = {n for n, a in ACTIONS.items() if a.lossy}
-    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.05, feeds, reference, lossy, ctx=ctx)
-    res = beam_search(m, {"unnarrowable": {}, **SPACE}, ev, ctx, beam_width=3, depth=1, top_k=3, time_budget_s=60)
+    res = _search_with(Unnarrowable(), resnet, monkeypatch)
     assert res.failed["unnarrowable"] == "narrowing: RuntimeError: the sensitivity run failed"
     assert res.top and all(all(st.kind != "unnarrowable" for st in c.steps) for c in res.top)
     assert any(e.get("failed", "").startswith("narrowing") for e in res.log)
