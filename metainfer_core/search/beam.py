@@ -335,7 +335,7 @@ class _Search:
                     deferred = cand.accuracy_deferred
                     self.evaluator.reanchor(cand)       # binding it may have timed its graph
                     if deferred and not cand.accuracy_deferred:
-                        self.note(state, cand, "estimated once its bound plans ranked it ahead")
+                        self.note(cand, "estimated once its bound plans ranked it ahead")
                     if cand.violation:      # its loss, deferred, estimated now that it ranks ahead
                         frontier.remove(cand)
                         self.prune(cand.violation.split(":")[0])
@@ -418,7 +418,7 @@ class _Search:
         frontier.append(cand)
         return cand
 
-    def note(self, state: Candidate, cand: Candidate, event: str | None = None) -> None:
+    def note(self, cand: Candidate, event: str | None = None) -> None:
         """The search log's entry for a scored candidate (`event`: what changed it later)."""
         self.result.log.append(_entry(self.level, cand.steps, event=event, n=self.made_at.get(id(cand)),
                                       predicted_ms=cand.latency_ms, loss=cand.accuracy_loss,
@@ -479,7 +479,7 @@ class _Search:
             return None
         result.evaluated += 1
         self.made_at[id(cand)] = result.evaluated
-        self.note(state, cand)
+        self.note(cand)
         if cand.violation:
             reason = cand.violation.split(":")[0]
             self.prune(reason)
