@@ -29,6 +29,8 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 
 DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
+NEEDLESS = "float layers (the whole-precision plan is well within the accuracy bound)"
+WELL_WITHIN = 0.5       # of accuracy.max_loss: an estimate this far inside the bound is trusted
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
 
@@ -380,10 +382,12 @@ class _Search:
                     self.result.stopped_by_budget = True
                     self.skipped.add(memo)
                 return None
-            if self._dominated(state, action, params, site):
+            why = DOMINATED if self._dominated(state, action, params, site) else \
+                NEEDLESS if self._needless(state, action, params, site) else None
+            if why:
                 self.made[memo] = None
-                self.prune(DOMINATED)
-                self.result.log.append(_entry(self.level, state.steps + (step,), pruned=DOMINATED))
+                self.prune(why)
+                self.result.log.append(_entry(self.level, state.steps + (step,), pruned=why))
                 return None
             t_start = time.perf_counter()
             measured_before = self.evaluator.measuring_s()
@@ -443,6 +447,21 @@ class _Search:
         # on OpenVINO): float layers bring the loss down, not the speed up
         at_zero = self.zero_loss_score(whole)
         return min(at_zero, self.fastest_bound.get(id(whole), at_zero)) >= self.evaluator.base_score
+
+    def _needless(self, state: Candidate, action, params: dict, site) -> bool:
+        """Whether keeping layers in float cannot pay because the same step with every layer
+        lowered already keeps its estimated loss well within the bound: they could gain only
+        its accuracy term, within the predictor's resolution, while adding float time, and the
+        budget they take (on a large detector, every other engine and placement) goes to what
+        may pay. Near the bound (an estimate, not exact) they are still tried."""
+        if not params.get(FLOAT_LAYERS):
+            return False
+        whole = self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0}))
+        if whole is None or whole.violation or whole.accuracy_deferred or self.evaluator.base_score is None:
+            return False
+        ev = self.evaluator
+        return (whole.accuracy_loss <= WELL_WITHIN * ev.max_loss
+                and ev.weights.accuracy * whole.accuracy_loss < MIN_GAIN * abs(ev.base_score))
 
     def zero_loss_score(self, c: Candidate) -> float:
         """A plan's score without its accuracy term: the best any float-layer variant of it could do."""

@@ -696,6 +696,28 @@ def test_float_layers_are_tried_where_whole_int8_pays_on_another_path_even_over_
     assert run._dominated(state, ACTIONS["int8"], params, "site")
 
 
+def test_float_layers_are_not_tried_where_whole_int8_is_well_within_the_bound():
+    """Whole int8 scored within the bound with room to spare (ddddocr's detector: 0.002 of 0.01):
+    its float-layer variants could gain only that loss in the score while adding float time, and
+    took the budget OpenVINO's form and ONNX Runtime's quantizer needed; near the bound, or with
+    its estimate deferred, they are still tried."""
+    from types import SimpleNamespace
+
+    from metainfer_core.search.beam import NEEDLESS, _memo, _Search
+
+    params = dict(ACTIONS["int8"].with_defaults({}), float_layers=2)
+    state = Candidate(None, key="state")
+    run = _Search.__new__(_Search)
+    run.evaluator = SimpleNamespace(base_score=1.0, weights=BALANCED, max_loss=0.01)
+    run.fastest_bound = {}
+    for loss, deferred, needless in ((0.002, False, True), (0.008, False, False), (0.0, True, False)):
+        whole = Candidate(None, key="whole", score=0.8 + loss, accuracy_loss=loss, accuracy_deferred=deferred)
+        run.made = {_memo(state, "int8", "site", {**params, "float_layers": 0}): whole}
+        assert run._needless(state, ACTIONS["int8"], params, "site") is needless, (loss, deferred)
+        assert not run._dominated(state, ACTIONS["int8"], params, "site")
+    assert NEEDLESS.startswith("float layers")
+
+
 def test_each_turn_takes_the_actions_choice_that_reuses_a_measurement_first():
     """After whole int8 with uint8 activations measured its sensitivity, int8 keeping layers in
     float with the same activations re-uses it and comes at int8's next turn, before int8 with
