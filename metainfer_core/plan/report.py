@@ -17,12 +17,13 @@ def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
 _INT8 = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)
 
 
-_ENGINES = {"onnxruntime": "ONNX Runtime's quantize_static", "nncf": "NNCF"}   # not meta-infer's own rewrite
+# the outside quantizers (not meta-infer's own rewrite): (short name, in words)
+_ENGINES = {"onnxruntime": ("ORT quantizer", "ONNX Runtime's quantize_static"), "nncf": ("NNCF", "NNCF")}
 
 
 def _int8_variant(p: dict) -> str:
     """What tells int8 plans apart beyond their types: who wrote the Q/DQ, every op quantized."""
-    parts = [{"onnxruntime": "ORT quantizer", "nncf": "NNCF"}[p["engine"]]] if p.get("engine") in _ENGINES else []
+    parts = [_ENGINES[p["engine"]][0]] if p.get("engine") in _ENGINES else []
     parts += ["all ops"] if p.get("scope") == "all" else []
     return f" ({', '.join(parts)})" if parts else ""
 
@@ -39,7 +40,7 @@ _WORDS: dict[str, tuple[Callable[[dict], str], Callable[[dict], str]]] = {
                         f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
                         f"per-channel {p.get('per_channel', '?')})")
              + (f", {'every supported op' if p.get('scope') == 'all' else 'Conv/MatMul/Gemm'}" if p.get("scope") else "")
-             + (f", written by {_ENGINES.get(p.get('engine'), p.get('engine'))}" if p.get("engine") in _ENGINES else "")),
+             + (f", written by {_ENGINES[p['engine']][1]}" if p.get("engine") in _ENGINES else "")),
     "int8_dynamic": (lambda p: "int8 dynamic",
                      lambda p: f"quantize MatMul/Gemm weights to {p.get('weight_type', 'int8')} with activation "
                                "scales computed at run time"),

@@ -438,10 +438,8 @@ class _Search:
         layer lowered, scored already, cannot beat the default even at zero loss, on any path
         bound so far. Float layers only add float time to it, and choosing them measures the
         precision's sensitivity (seconds on a large graph)."""
-        if not params.get(FLOAT_LAYERS):
-            return False
-        whole = self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0}))
-        if whole is None or whole.violation or self.evaluator.base_score is None:
+        whole = self._whole(state, action, params, site)
+        if whole is None:
             return False
         # its plans bound to another path count even over the accuracy bound (the whole-int8 graph
         # on OpenVINO): float layers bring the loss down, not the speed up
@@ -454,14 +452,20 @@ class _Search:
         its accuracy term, within the predictor's resolution, while adding float time, and the
         budget they take (on a large detector, every other engine and placement) goes to what
         may pay. Near the bound (an estimate, not exact) they are still tried."""
-        if not params.get(FLOAT_LAYERS):
-            return False
-        whole = self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0}))
-        if whole is None or whole.violation or whole.accuracy_deferred or self.evaluator.base_score is None:
+        whole = self._whole(state, action, params, site)
+        if whole is None or whole.accuracy_deferred:
             return False
         ev = self.evaluator
         return (whole.accuracy_loss <= WELL_WITHIN * ev.max_loss
                 and ev.weights.accuracy * whole.accuracy_loss < MIN_GAIN * abs(ev.base_score))
+
+    def _whole(self, state: Candidate, action, params: dict, site) -> Candidate | None:
+        """For a float-layers choice: the same step with every layer lowered, when it was made,
+        scored within the bounds, against a scored default (None otherwise: nothing to prune on)."""
+        if not params.get(FLOAT_LAYERS) or self.evaluator.base_score is None:
+            return None
+        whole = self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0}))
+        return None if whole is None or whole.violation else whole
 
     def zero_loss_score(self, c: Candidate) -> float:
         """A plan's score without its accuracy term: the best any float-layer variant of it could do."""
