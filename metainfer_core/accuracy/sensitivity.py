@@ -50,8 +50,10 @@ PROBE_NODE_BUDGET = 6000        # probes x graph nodes per variant: a probe runs
 MIN_PROBES = 8
 # the trace reads as many validation inputs as keep one run's fp32 activations within this (at
 # least one): a large graph's tensors give stable error statistics from one input, while the
-# loss to scale to always comes from every input
-TRACE_BYTES = 512 << 20
+# loss to scale to always comes from every input. Small, because the traced graph exposes two or
+# three copies of each activation per input: on a detector the size of PP-OCR's, three inputs
+# made the first precision's table cost most of the search's share
+TRACE_BYTES = 128 << 20
 # what a layer whose low-precision values overflow (inf / NaN) counts as lowered alone: the loss
 # the default metric gives a non-finite output, so every plan lowering it breaks the bound
 OVERFLOW_LOSS = 1.0

@@ -30,6 +30,7 @@ from metainfer_core.search.evaluate import CALIBRATES, Evaluator
 
 DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
 NEEDLESS = "float layers (the whole-precision plan is well within the accuracy bound)"
+NARROWED_AWAY = "float layers (no such set: the same plan as fewer, or over the accuracy bound)"
 WELL_WITHIN = 0.5       # of accuracy.max_loss: an estimate this far inside the bound is trusted
 EXACT_CHECKS_PER_SLOT = 3       # exact accuracy runs allowed per top-K slot before giving up
 
@@ -130,7 +131,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
         coasting = bool(run.result.dive_stalled_at)
         until = run.slice_end(dive_end, depth - level + 1)
         frontier, stepping = run.expand([state], level, until=until, defer_directives=level < depth,
-                                        warm_only=coasting)
+                                        warm_only=coasting, first_only=coasting)
         nxt = run.growable(frontier + stepping, last=level == depth)
         if coasting and not nxt and not run.out_of_time():
             # nothing that re-uses every measurement grows (whole int8 over the bound): the
@@ -241,6 +242,7 @@ class _Search:
         self.best_of_kind: dict[tuple, Candidate] = {}
         self.ahead_of: dict[int, float | None] = {}  # graph -> its best bound plan's score; bound plan -> None
         self.fastest_bound: dict[int, float] = {}   # lossy graph -> its best bound plan's score at zero loss
+        self.at_zero: dict[tuple, float] = {}       # expansion -> its child's score at zero loss, bound broken or not
         self.lookahead = {k: v for k, v in space.items() if k == "binding"}
         self.clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
         self.per_action: dict[str, float] = {}
@@ -289,11 +291,13 @@ class _Search:
 
     # --- expanding --------------------------------------------------------------------------
     def expand(self, states: list[Candidate], level: int, until: float, defer_directives: bool = False,
-               warm_only: bool = False):
+               warm_only: bool = False, first_only: bool = False):
         """Score the states' children cheapest-first (in_budget_order) while they fit by `until`
         (the level's first while it fits the budget); warm_only: only those that measure nothing
-        new (warm). Returns (children within the bounds, children over the memory limit:
-        expanded, never returned)."""
+        new (warm); first_only: up to the first child within the bounds (a coasting dive only
+        needs one to go deeper: scoring each of its siblings took seconds per level on a large
+        detector, the widening's time). Returns (children within the bounds, children over the
+        memory limit: expanded, never returned)."""
         frontier: list[Candidate] = []
         stepping: list[Candidate] = []
         self.level = level
@@ -330,9 +334,9 @@ class _Search:
                         if child is not None:
                             self.ahead_of[id(child)] = None
                             self.ahead_of[id(cand)] = min(self.ahead_of.get(id(cand), child.score), child.score)
-                        made = self.made.get(_memo(cand, a2.name, s2, p2))
-                        if made is not None:    # over the accuracy bound too: what float layers could reach
-                            at_zero = self.zero_loss_score(made)
+                        # over the accuracy bound too: what float layers could reach
+                        at_zero = self.at_zero.get(_memo(cand, a2.name, s2, p2))
+                        if at_zero is not None:
                             self.fastest_bound[id(cand)] = min(self.fastest_bound.get(id(cand), at_zero), at_zero)
                     deferred = cand.accuracy_deferred
                     self.evaluator.reanchor(cand)       # binding it may have timed its graph
@@ -344,6 +348,8 @@ class _Search:
                 # the privilege is spent only on a child that measured: one scored without its
                 # estimate (it cannot beat the default) leaves it to the next
                 fresh_tried |= fresh_first and self.evaluator.measuring_s() > measured_before
+                if first_only and cand is not None and not cand.violation:
+                    break
         if frontier or stepping:
             self.result.levels = max(self.result.levels, level)
         return frontier, stepping
@@ -390,7 +396,7 @@ class _Search:
                 self.result.log.append(_entry(self.level, state.steps + (step,), pruned=why))
                 return None
             t_start = time.perf_counter()
-            measured_before = self.evaluator.measuring_s()
+            measured_before, precision_before = self.evaluator.measuring_s(), self.evaluator.precision_s()
             # what is measured without being foreseen (int8's float-layer fits) is priced as a precision
             fresh = self.evaluator.measures_anew(state, action, params) or "precision"
             try:
@@ -400,19 +406,23 @@ class _Search:
                 self.result.failed[action.name] = f"narrowing: {type(exc).__name__}: {_first_line(exc)}"
                 self.result.log.append(_entry(self.level, state.steps + (step,), failed=self.result.failed[action.name]))
                 return None
-            if narrowed is not None and narrowed != site:
+            whole = self._sibling(state, action, params, site)
+            if narrowed is None:
+                self.prune(NARROWED_AWAY)
+                self.result.log.append(_entry(self.level, state.steps + (step,), pruned=NARROWED_AWAY))
+            elif narrowed != site:
                 site, step = narrowed, Step(action.name, narrowed, step.params)
-            cand = self.made[memo] = (self._make(state, action, params, site, step) if narrowed is not None
-                                      else None)
+            cand = self._make(state, action, params, site, step, whole) if narrowed is not None else None
+            if cand is not None:
+                self.at_zero[memo] = self.zero_loss_score(cand)
+            # over the accuracy bound it is not made again (once reanchor estimated it, it is)
+            over_bound = cand is not None and cand.violation and cand.violation.split(":")[0] != "memory"
+            cand = self.made[memo] = None if over_bound else cand
             spent = time.perf_counter() - t_start
             calibrated = bool(action.calibrates(params)) and self.evaluator.measuring_s() == measured_before
-            if calibrated:
-                fresh = _calibration(action, params)
-            if calibrated or self.evaluator.measuring_s() > measured_before:
-                self.fresh_s[fresh] = max(self.fresh_s[fresh], spent) if fresh in self.fresh_seen else spent
-                self.fresh_seen.add(fresh)
-            else:
-                self.warm_s = max(self.warm_s, spent)
+            self._account(_calibration(action, params) if calibrated else fresh, spent,
+                          measured=calibrated or self.evaluator.measuring_s() > measured_before,
+                          precision_s=self.evaluator.precision_s() - precision_before)
         if cand is None:
             return None
         if cand.violation:      # over the memory limit: later steps (tiling, reuse, int8) may fit it
@@ -421,6 +431,22 @@ class _Search:
             return None     # (over the accuracy bound: made again, once reanchor estimated it)
         frontier.append(cand)
         return cand
+
+    def _account(self, sort: str, spent: float, measured: bool, precision_s: float) -> None:
+        """Price expansions by what this one cost: `sort` (what it measured anew) at the longest
+        such so far (the first replaces the prior); one that measured nothing prices the warm
+        ones. precision_s: the seconds of it spent measuring a precision. A plan bound to a new
+        path whose graph's loss estimate measured a precision prices the precision with those,
+        not the path: priced at a detector's int8 sensitivity, every later binding was left out
+        of the budget."""
+        if not measured:
+            self.warm_s = max(self.warm_s, spent)
+            return
+        if sort == "path" and precision_s > 0:
+            self._account("precision", precision_s, True, 0.0)
+            spent -= precision_s
+        self.fresh_s[sort] = max(self.fresh_s[sort], spent) if sort in self.fresh_seen else spent
+        self.fresh_seen.add(sort)
 
     def note(self, cand: Candidate, event: str | None = None) -> None:
         """The search log's entry for a scored candidate (`event`: what changed it later)."""
@@ -462,16 +488,20 @@ class _Search:
     def _whole(self, state: Candidate, action, params: dict, site) -> Candidate | None:
         """For a float-layers choice: the same step with every layer lowered, when it was made,
         scored within the bounds, against a scored default (None otherwise: nothing to prune on)."""
-        if not params.get(FLOAT_LAYERS) or self.evaluator.base_score is None:
-            return None
-        whole = self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0}))
-        return None if whole is None or whole.violation else whole
+        whole = self._sibling(state, action, params, site)
+        return None if whole is None or whole.violation or self.evaluator.base_score is None else whole
+
+    def _sibling(self, state: Candidate, action, params: dict, site) -> Candidate | None:
+        """For a float-layers choice: the same step with every layer lowered, when it was made."""
+        return self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0})) \
+            if params.get(FLOAT_LAYERS) else None
 
     def zero_loss_score(self, c: Candidate) -> float:
         """A plan's score without its accuracy term: the best any float-layer variant of it could do."""
         return c.score - self.evaluator.weights.accuracy * c.accuracy_loss
 
-    def _make(self, state: Candidate, action, params, site, step: Step) -> Candidate | None:
+    def _make(self, state: Candidate, action, params, site, step: Step, whole: Candidate | None = None
+              ) -> Candidate | None:
         result = self.result
         t_apply = time.perf_counter()
         try:
@@ -496,7 +526,7 @@ class _Search:
             return None
         self.seen.add(cand.key)
         try:
-            self.evaluator.evaluate(cand, parent=state if same_graph else None, origin=state)
+            self.evaluator.evaluate(cand, parent=state if same_graph else None, origin=state, whole=whole)
         except Exception as exc:  # noqa: BLE001 - a candidate that cannot be scored is dropped, not fatal
             result.failed[action.name] = f"scoring: {type(exc).__name__}: {_first_line(exc)}"
             return None
@@ -507,7 +537,7 @@ class _Search:
             reason = cand.violation.split(":")[0]
             self.prune(reason)
             if reason != "memory":
-                return None
+                return cand
             if result.leanest is None or cand.peak_mem_bytes < result.leanest.peak_mem_bytes:
                 result.leanest = cand
             return cand

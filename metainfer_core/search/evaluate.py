@@ -81,12 +81,14 @@ class Evaluator:
         self.timings: dict[str, float] = defaultdict(float)
         self.modeled = target.measurement == "modeled"
 
-    def measure(self, c: Candidate, parent: Candidate | None = None, origin: Candidate | None = None) -> Candidate:
+    def measure(self, c: Candidate, parent: Candidate | None = None, origin: Candidate | None = None,
+                whole: Candidate | None = None) -> Candidate:
         """parent: a candidate with the very same graph (only plan-wide metadata differs), whose
         latency prediction is then reused: the predictor sees kernels, and they are the same.
         origin: the plan `c` is a step from; a lossless step keeps its anchor (a tiling of an
         anchored int8 graph is misread as that graph is, where unanchored it was predicted 6x
-        apart from it)."""
+        apart from it). whole: for a precision step keeping layers float, the same step lowering
+        them all; its anchor carries over to the part still lowered (float_layer_anchor)."""
         t0 = time.perf_counter()
         m = c.model
         infos = infos_of(m)
@@ -130,6 +132,8 @@ class Evaluator:
         anchor = self.graph_anchors.get(graph_key)
         if anchor is None and origin is not None and c.steps and c.steps[-1].kind not in self.lossy:
             anchor = origin.graph_anchor
+        if anchor is None and whole is not None and whole.graph_anchor != 1.0:
+            anchor = self.float_layer_anchor(c, whole, latency)
         c.graph_anchor = 1.0 if anchor is None else anchor
         latency *= c.graph_anchor
         if cost is not None and cost.error is None:
@@ -194,8 +198,11 @@ class Evaluator:
 
     def measuring_s(self) -> float:
         """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
-        return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + (
-            self.paths.seconds if self.paths is not None else 0.0) + self.timings["float_fit_s"]
+        return self.precision_s() + (self.paths.seconds if self.paths is not None else 0.0)
+
+    def precision_s(self) -> float:
+        """Seconds spent so far measuring precisions: sensitivities and float-layer fits."""
+        return (self.sensitivity.seconds if self.sensitivity is not None else 0.0) + self.timings["float_fit_s"]
 
     def fresh_cost_prior_s(self, lossy: bool = True) -> dict[str, float]:
         """What measuring something new likely costs before any was, per sort (measures_anew,
@@ -281,6 +288,20 @@ class Evaluator:
                                  for n in k.node_names}
         return self._float_costs
 
+    def float_layer_anchor(self, c: Candidate, whole: Candidate, latency_ms: float) -> float:
+        """The anchor of a plan keeping some of a precision's layers float, from the anchor of
+        the same step lowering them all: that one on the share of `c`'s predicted latency
+        (latency_ms) still lowered, none (1, the default's) on the float layers' share. Left
+        unanchored, the float-layer variants of wakeword's int8 graph (anchored at 0.43) were
+        predicted twice its latency and ranked behind plans they beat in verify."""
+        floats = set(whole.steps[-1].site.nodes) - set(c.steps[-1].site.nodes)
+        if self.sensitivity is None or latency_ms <= 0 or not floats:
+            return whole.graph_anchor
+        costs = self.float_costs()
+        float_ms = sum(costs.get(o, 0.0) for n in floats for o in origins(n)) * self.scale
+        share = min(1.0, float_ms / latency_ms)
+        return whole.graph_anchor * (1.0 - share) + share
+
     def int8_share(self, params: dict, nodes: tuple[str, ...], exact: bool) -> float:
         """The loss of int8 (`params`, without float_layers) on just these nodes as a share of the
         bound: by the estimate, or (exact) by a run of the default graph so lowered on the
@@ -308,8 +329,9 @@ class Evaluator:
             c.violation = f"execution path: {c.binding['path']} failed ({c.binding['path_error']})"
         return c
 
-    def evaluate(self, c: Candidate, parent: Candidate | None = None, origin: Candidate | None = None) -> Candidate:
-        return self.finish(self.measure(c, parent, origin))
+    def evaluate(self, c: Candidate, parent: Candidate | None = None, origin: Candidate | None = None,
+                 whole: Candidate | None = None) -> Candidate:
+        return self.finish(self.measure(c, parent, origin, whole))
 
     def reanchor(self, c: Candidate) -> Candidate:
         """Re-score `c` by its anchor where binding its graph timed it after `c` was scored."""

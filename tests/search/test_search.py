@@ -12,7 +12,7 @@ from metainfer_core.prepare.stage import prepare
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.accuracy.metric import run_cpu
-from metainfer_core.actions import ACTIONS, ActionContext, Step
+from metainfer_core.actions import ACTIONS, ActionContext, Site, Step
 from metainfer_core.actions.base import kernels_of
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
@@ -361,10 +361,10 @@ def test_a_budget_that_ends_early_has_still_searched_to_full_depth(models, monke
     ev = Evaluator(LaunchBound(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
     scored, real = [], Evaluator.evaluate
 
-    def slow(self, c, parent=None, origin=None):
+    def slow(self, c, parent=None, origin=None, whole=None):
         time.sleep(0.1)
         scored.append(c.key)
-        return real(self, c, parent, origin)
+        return real(self, c, parent, origin, whole)
 
     monkeypatch.setattr(Evaluator, "evaluate", slow)
     levels = []
@@ -578,9 +578,9 @@ def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(
                    anchor_ms=measured_default_ms(be, m, feeds[0]))
     scored, real = [], Evaluator.evaluate
 
-    def keep(self, c, parent=None, origin=None):
+    def keep(self, c, parent=None, origin=None, whole=None):
         scored.append(c)
-        return real(self, c, parent, origin)
+        return real(self, c, parent, origin, whole)
 
     space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
     with pytest.MonkeyPatch.context() as mp:
@@ -610,9 +610,9 @@ def test_a_lossless_rewrite_of_an_anchored_graph_keeps_its_anchor(models):
              "tiling": {"tiles": [2], "axis": ["height"]}}
     scored, real = [], Evaluator.evaluate
 
-    def keep(self, c, parent=None, origin=None):
+    def keep(self, c, parent=None, origin=None, whole=None):
         scored.append(c)
-        return real(self, c, parent, origin)
+        return real(self, c, parent, origin, whole)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Evaluator, "evaluate", keep)
@@ -741,3 +741,65 @@ def test_each_turn_takes_the_actions_choice_that_reuses_a_measurement_first():
             measured.add(params["activation_type"])
     assert order == [("int8", whole_u8), ("int8_dynamic", {"per_channel": False}), ("int8", fit_u8),
                      ("int8_dynamic", {"per_channel": True}), ("int8", whole_s8)]
+
+
+def test_a_precision_measured_inside_a_new_paths_plan_prices_the_precision_not_the_path():
+    """A plan bound to a new path whose graph's loss estimate measured int8's sensitivity (26 s
+    of 29 s on PP-OCR's detector): the path is priced at the rest, the precision at those
+    seconds (priced at 29 s, every later binding was left out of the search's budget)."""
+    from metainfer_core.search.beam import _Search
+
+    run = _Search.__new__(_Search)
+    run.fresh_s, run.fresh_seen, run.warm_s = {"path": 1.0, "precision": 4.0}, set(), 0.0
+    run._account("path", 29.0, measured=True, precision_s=26.0)
+    assert run.fresh_s == {"path": pytest.approx(3.0), "precision": pytest.approx(26.0)}
+    run._account("path", 2.0, measured=True, precision_s=0.0)      # the longest so far stays
+    run._account(None, 0.5, measured=False, precision_s=0.0)
+    assert run.fresh_s["path"] == pytest.approx(3.0) and run.warm_s == 0.5
+
+
+def test_a_float_layer_variant_takes_its_whole_precision_plans_anchor_on_the_part_still_lowered(models):
+    """int8 keeping some layers float: the anchor measured for the same step lowering every layer
+    (0.4: int8 ran 2.5x faster than predicted) applies to the share of the variant still lowered,
+    the default's (1) to its float layers' share. Unanchored, wakeword's float-layer variants were
+    predicted at twice the latency of the int8 graph they keep most of, and ranked behind plans
+    they beat in verify."""
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY)
+    ev.set_baseline(Candidate(m))
+    params = ACTIONS["int8"].with_defaults({})
+    nodes = ACTIONS["int8"].sites(m, params, be.info)[0].nodes
+    whole = Candidate(None, (Step("int8", Site(nodes, "all"), ()),), graph_anchor=0.4, key="whole")
+    kept = Candidate(None, (Step("int8", Site(nodes[1:], "all, 1 float"), ()),), key="kept")
+    float_ms = sum(ms for n, ms in ev.float_costs().items() if n == nodes[0]) * ev.scale
+    latency = 4 * float_ms          # the float layer a quarter of the variant's predicted latency
+    assert float_ms > 0
+    assert ev.float_layer_anchor(kept, whole, latency) == pytest.approx(0.4 * 0.75 + 0.25)
+    assert ev.float_layer_anchor(kept, whole, float_ms / 2) == pytest.approx(1.0)    # all of it float
+    assert ev.float_layer_anchor(whole, whole, latency) == pytest.approx(0.4)      # nothing float
+
+
+def test_a_child_over_the_accuracy_bound_is_remembered_at_its_zero_loss_score(models):
+    """int8 over a bound nothing meets: the child is pruned (not filed, not made again), but its
+    score at zero loss is kept for the float-layer prune (it is what keeping layers float could
+    reach; dropped with the child, the prune read every int8 graph bound to OpenVINO over the
+    bound as absent and left PP-OCR's float-layer plans out)."""
+    from metainfer_core.search.beam import _memo, _Search
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    ev = Evaluator(_Priced(**INT8_FAST), be.info, BALANCED, 1e-12, feeds, reference, LOSSY)
+    default = Candidate(m)
+    ev.set_baseline(default)
+    ctx = ActionContext(target=be.info, calibration_feeds=feeds)
+    run = _Search(default, ev, {}, ctx, 1, 3, 4, 0.0, 60)
+    run.deadline = float("inf")
+    params = ACTIONS["int8"].with_defaults({"scope": "compute"})
+    site = ACTIONS["int8"].sites(m, params, be.info)[0]
+    frontier, stepping = [], []
+    assert run.consider(default, ACTIONS["int8"], params, site, frontier, stepping, float("inf")) is None
+    memo = _memo(default, "int8", site, params)
+    assert run.made[memo] is None and not frontier and run.result.pruned == {"accuracy": 1}
+    logged = run.result.log[-1]
+    assert run.at_zero[memo] == pytest.approx(logged["score"] - BALANCED.accuracy * logged["loss"]) and logged["loss"] > 0
