@@ -803,3 +803,25 @@ def test_a_child_over_the_accuracy_bound_is_remembered_at_its_zero_loss_score(mo
     assert run.made[memo] is None and not frontier and run.result.pruned == {"accuracy": 1}
     logged = run.result.log[-1]
     assert run.at_zero[memo] == pytest.approx(logged["score"] - BALANCED.accuracy * logged["loss"]) and logged["loss"] > 0
+
+
+def test_past_the_searchs_end_the_best_lossy_plan_is_still_checked_until_one_passes():
+    """The expansions overran into the exact checks' share (outside quantizers calibrating on a
+    large detector): the best lossy plan is still checked and verified beside the lossless one,
+    the next lossy one is not (one that passed is enough past the end)."""
+    from types import SimpleNamespace
+
+    from metainfer_core.search.beam import SearchResult, _exact_top
+
+    def checked(c):
+        c.accuracy_exact = True
+        return c
+
+    def plan(key, kind, score):
+        return Candidate(None, (Step(kind, Site(("n",), "all"), ()),), score=score, accuracy_exact=kind != "int8",
+                         key=key)
+
+    default = Candidate(None, score=1.0, key="default")
+    pool = [plan("int8 a", "int8", 0.5), plan("int8 b", "int8", 0.6), plan("binding", "binding", 0.8)]
+    top = _exact_top(pool, default, SimpleNamespace(exact=checked), 3, SearchResult(default=default, top=[]), end=0.0)
+    assert [c.key for c in top] == ["int8 a", "binding"]
