@@ -502,6 +502,9 @@ class _Search:
 
     def _make(self, state: Candidate, action, params, site, step: Step, whole: Candidate | None = None
               ) -> Candidate | None:
+        """`state`'s child by `step`, applied and scored, over a bound too (the caller files it);
+        None when the rewrite or its scoring fails or it repeats a plan seen. whole: for int8
+        keeping layers float, the same step lowering them all (its anchor carries over)."""
         result = self.result
         t_apply = time.perf_counter()
         try:
