@@ -20,17 +20,22 @@ from metainfer_core.settings import Settings
 Progress = Callable[[str], None]
 
 
-def profiling_variants(s: Settings, prepared: Prepared, backend: Backend) -> list[onnx.ModelProto]:
+def profiling_variants(s: Settings, prepared: Prepared, backend: Backend,
+                       deadline: float = float("inf")) -> list[onnx.ModelProto]:
     """The graph plus one variant per (action, parameter choice, site), and each lossless
     action again on top of each low-precision variant (int8 kernels fused, tiled or
     channels-last exist only there), so the library holds the kernels the search will ask the
-    predictor about. The profiler measures each distinct kernel once."""
+    predictor about. The profiler measures each distinct kernel once. None is rewritten past
+    `deadline` (time.perf_counter()): on a 521-node layout detector the rewrites alone took
+    twice the profile's share and left the search seconds."""
     ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     space = s.action_space.domains()
 
     def rewrites(model: onnx.ModelProto, lossy: bool | None) -> list[tuple[onnx.ModelProto, bool]]:
         out = []
         for action, params, site in expand(model, space, ctx.target, lossy=lossy, calibrating=False):
+            if time.perf_counter() > deadline:
+                break
             try:
                 out.append((action.apply(model, site, params, ctx), action.lossy))
             except Exception:  # noqa: BLE001 - the search reports rewrites that fail
@@ -39,6 +44,9 @@ def profiling_variants(s: Settings, prepared: Prepared, backend: Backend) -> lis
 
     first = rewrites(prepared.model, None)
     return [prepared.model] + [m for m, _ in first] + [v for m, lossy in first if lossy for v, _ in rewrites(m, False)]
+
+
+VARIANTS_SHARE = 0.5     # of the profile's share, at most, for rewriting the graph into its variants
 
 
 def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: Progress = print,
@@ -52,7 +60,13 @@ def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: P
     if done is not None:
         progress(f"profile: this graph and action space are already profiled in {version} ({done} kernels)")
         return ProfileReport(version, measured=0, reused=done)
-    variants = profiling_variants(s, prepared, backend)
+    # the rewrites get at most half the share: the other half measures their kernels
+    deadline = t0 + VARIANTS_SHARE * allowance_s if allowance_s is not None else float("inf")
+    variants = profiling_variants(s, prepared, backend, deadline)
+    cut = time.perf_counter() > deadline        # some variants never made: the set is not complete
+    if cut:
+        progress(f"profile: rewriting the graph into its variants took half the profile's share; {len(variants)} "
+                 "variants made, the rest left to the predictor")
     limit = f" (up to {eta(allowance_s)})" if allowance_s is not None else ""
     last = [0.0]
 
@@ -68,7 +82,7 @@ def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: P
     report = profile(backend, library, variants, s.profile.batch_gradient, s.profile.reps, s.profile.warmup, tick,
                      deadline_s=None if allowance_s is None else allowance_s - (time.perf_counter() - t0))
     report.seconds = time.perf_counter() - t0
-    if not report.skipped and not report.left:  # an unfinished set is carried on next time
+    if not report.skipped and not report.left and not cut:  # an unfinished set is carried on next time
         mark_profiled(library, version, key, report.measured + report.reused)
     progress(f"profile: {report.measured} measured, {report.reused} reused from library "
              f"{report.fingerprint_version} in {report.seconds:.1f}s"

@@ -100,3 +100,18 @@ def test_kernel_model_does_not_scale_a_weight_computed_from_constants():
     assert dims == {"x": [4, 32], "w": [16, 32]}
     (y,) = ort.InferenceSession(km.SerializeToString()).run(None, random_feeds(km))
     assert y.shape == (4, 16)
+
+
+def test_profiling_variants_stop_at_their_deadline(settings_for):
+    """Rewriting a large graph into every variant took twice the profile's share on a 521-node
+    detector: past the deadline no variant is made (the graph itself is always profiled)."""
+    import time
+
+    from metainfer_core.backends import backend_for
+    from metainfer_core.fingerprint.stage import profiling_variants
+    from metainfer_core.prepare.stage import prepare
+
+    s = settings_for("target=cpu", "model=resnet_tiny")
+    prepared = prepare(s, False, progress=lambda msg: None)
+    assert len(profiling_variants(s, prepared, backend_for(s), deadline=time.perf_counter() + 60)) > 10
+    assert len(profiling_variants(s, prepared, backend_for(s), deadline=time.perf_counter())) == 1
