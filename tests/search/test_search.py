@@ -594,6 +594,7 @@ def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(
         assert 0.5 < c.latency_ms / measured < 2.0, (c.steps, c.latency_ms, measured)
 
 
+@pytest.mark.alone
 def test_a_lossless_rewrite_of_an_anchored_graph_keeps_its_anchor(models):
     """int8 kernels predicted 10x slow; the int8 graph anchored where binding it timed it. Its
     tilings, lossless rewrites of it, are predicted within 2x of what they measure, as it is
