@@ -239,3 +239,24 @@ def test_weight_axis_follows_each_consumers_semantics():
     assert channel_axis(node("MatMul"), 3) == 2                 # N, the last axis of [..., K, N]
     assert weight_axis(node("MatMul"), w3, True, 17) is None     # but ORT runs it per tensor only
     assert weight_axis(node("MatMul"), w3, "auto", 17) is None
+
+
+def test_minmax_calibration_reduces_each_input_to_the_ranges_of_all_inputs_at_once():
+    """MinMax calibration holds one input's intermediates at a time: its ranges must equal those of
+    every input's values taken together (ONNX Runtime, each activation exposed, reduced here)."""
+    import onnxruntime as ort
+
+    from metainfer_core.actions.qdq.calibration import calibrate
+    from metainfer_core.ir.graph_utils import with_outputs
+
+    m = normalize(build("resnet_tiny"), None).model
+    feeds = [random_feeds(m, seed=s) for s in range(3)]
+    ranges = calibrate(m, feeds, "MinMax")
+    names = [n for n in ranges if n not in {i.name for i in m.graph.input}]
+    sess = ort.InferenceSession(with_outputs(m, {n: onnx.TensorProto.FLOAT for n in names}).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    runs = [sess.run(names, f) for f in feeds]
+    assert len(names) > 10
+    for j, n in enumerate(names):
+        values = np.concatenate([r[j].ravel() for r in runs])
+        assert ranges[n] == pytest.approx((min(float(values.min()), 0.0), max(float(values.max()), 0.0)), rel=1e-6, abs=1e-7)

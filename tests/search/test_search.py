@@ -826,3 +826,33 @@ def test_past_the_searchs_end_the_best_lossy_plan_is_still_checked_until_one_pas
     pool = [plan("int8 a", "int8", 0.5), plan("int8 b", "int8", 0.6), plan("binding", "binding", 0.8)]
     top = _exact_top(pool, default, SimpleNamespace(exact=checked), 3, SearchResult(default=default, top=[]), end=0.0)
     assert [c.key for c in top] == ["int8 a", "binding"]
+
+
+def test_the_unchanged_graph_is_scored_on_every_execution_path_before_any_rewrite(models, monkeypatch):
+    """A large graph's rewrites took a search's whole share (a layout detector: four tilings
+    scored in 8 s, the default kept where OpenVINO ran it 1.35x faster). The unchanged graph on
+    each path the target offers comes first, so a budget the rewrites use up still has it."""
+    import time
+
+    from metainfer_core.search.path_costs import PathCosts
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    if "openvino:f32" not in be.info.extra.get("execution_paths", []):
+        pytest.fail("the host offers no OpenVINO path (openvino is pinned in requirements.lock)")
+    tiling = type(ACTIONS["tiling"])
+    real = tiling.apply
+
+    def slow(self, model, site, params, ctx=None):
+        time.sleep(1.5)         # a rewrite of a 500-node graph
+        return real(self, model, site, params, ctx)
+
+    monkeypatch.setattr(tiling, "apply", slow)
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
+                   paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss))
+    space = {"tiling": {"tiles": [2, 4, 8], "axis": ["height"]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
+    res = beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=2, depth=3,
+                      top_k=3, time_budget_s=4.0)
+    first = next(e for e in res.log if e.get("score") is not None)
+    assert first["path"] == "openvino:f32" and [s.split("(")[0] for s in first["steps"]] == ["binding"], first
+    assert "openvino:f32|fp32" in ev.paths.measured
