@@ -165,6 +165,7 @@ class BudgetSettings(Strict):
 
 class VerifySettings(Strict):
     runs: int = Field(ge=3)
+    max_runs: int = Field(default=100, ge=3)     # more rounds than `runs` where half the verify share leaves room
     warmup: int = Field(ge=0)
     samples: int = Field(ge=1)
     repair_budget: int = Field(default=8, ge=0)   # accuracy-guard re-evaluations per candidate

@@ -72,14 +72,21 @@ def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, 
     """(timed rounds, predicted seconds): verify.runs, fewer where timing that many rounds of
     every plan (each timed run after its settle runs; the default twice: verify's late twin),
     after each plan's accuracy runs on the validation inputs and its warm-up, would overrun the
-    verify allowance (predicted latencies)."""
+    verify allowance (predicted latencies); more, up to verify.max_runs, where they fit in half
+    of it: on a model of a few ms, 20 rounds left two plans 4 % apart ranked by noise (the
+    slower one chosen), and there more rounds cost seconds."""
     ms = [c.latency_ms for c in [default, default, *plans] if c is not None and c.latency_ms == c.latency_ms]
     per_round_s = sum(m * runs_per_sample(m) for m in ms) / 1e3
     fixed_s = sum(ms) * (s.verify.warmup + n_feeds) / 1e3
     runs = s.verify.runs
     if allowance_s is not None and per_round_s > 0:
         runs = int(max(MIN_ROUNDS, min(s.verify.runs, (allowance_s - fixed_s) / per_round_s)))
+        more = int(min(s.verify.max_runs, (EXTRA_ROUNDS_SHARE * allowance_s - fixed_s) / per_round_s))
+        runs = max(runs, more)
     return runs, fixed_s + runs * per_round_s
+
+
+EXTRA_ROUNDS_SHARE = 0.5    # of the verify allowance, at most, for rounds past verify.runs
 
 
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
@@ -96,6 +103,7 @@ def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: Sea
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
              f"{runs} interleaved runs each, ~{eta(expected_s)} plus compiles"
              + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
+                else f" (more than verify.runs={s.verify.runs}: the verify share has room)" if runs > s.verify.runs
                 else ""))
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
     results = measure(backend, models, prepared.feeds, prepared.reference, runs, s.verify.warmup,
