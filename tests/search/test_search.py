@@ -856,3 +856,33 @@ def test_the_unchanged_graph_is_scored_on_every_execution_path_before_any_rewrit
     first = next(e for e in res.log if e.get("score") is not None)
     assert first["path"] == "openvino:f32" and [s.split("(")[0] for s in first["steps"]] == ["binding"], first
     assert "openvino:f32|fp32" in ev.paths.measured
+
+
+def test_past_the_searchs_end_one_outside_quantizers_plan_is_still_checked_to_be_explored():
+    """The search's last seconds went elsewhere: the plan of ONNX Runtime's quantize_static (the
+    fastest peer's own graph on a text detector) is still checked and explored; meta-infer's own
+    form of the same precision is not (past the end only an outside quantizer's, and one)."""
+    from types import SimpleNamespace
+
+    from metainfer_core.search.beam import SearchResult, _explorers, kind_of
+
+    def checked(c):
+        c.accuracy_exact = True
+        return c
+
+    model = build("mlp")
+
+    def plan(kind, score, **params):
+        return Candidate(model, (Step(kind, Site(("n",), "all"), tuple(sorted(params.items()))),), latency_ms=1.0,
+                         score=score, accuracy_exact=False)
+
+    own, ort = plan("fp16", 0.7), plan("int8", 0.8, engine="onnxruntime")
+    out = _explorers({kind_of(c): c for c in (own, ort)}, [], SimpleNamespace(exact=checked), 4, float("inf"),
+                     SearchResult(default=None, top=[]), end=0.0)
+    assert out == [ort] and ort.accuracy_exact and not own.accuracy_exact
+    # two outside quantizers' plans unchecked: past the end, one only
+    ort, nncf = plan("int8", 0.8, engine="onnxruntime"), plan("int8", 0.9, engine="nncf", placement="inputs")
+    assert kind_of(ort) != kind_of(nncf)
+    out = _explorers({kind_of(c): c for c in (own, ort, nncf)}, [], SimpleNamespace(exact=checked), 4, float("inf"),
+                     SearchResult(default=None, top=[]), end=0.0)
+    assert out == [ort] and not nncf.accuracy_exact
