@@ -56,9 +56,19 @@ class Int8(Action):
     def choices(self, domain_override=None):
         """float_layers varies slowest, in its domain's order (conf: 0, fit, then fixed counts):
         every engine's and placement's whole-int8 plan is reached before any float-layer variant,
-        so a search whose budget ends early has still scored each quantizer's own form."""
-        domain = list((domain_override or {}).get(FLOAT_LAYERS, self.params[FLOAT_LAYERS].domain))
-        return sorted(super().choices(domain_override), key=lambda p: domain.index(p[FLOAT_LAYERS]))
+        so a search whose budget ends early has still scored each quantizer's own form. Within
+        one activation type ONNX Runtime's quantizer on its own op set (scope all: the graph its
+        users get) comes before its compute-only scope, which differs little from meta-infer's
+        own QDQ rewrite of the same ops: on a text detector the budget ended between the two and
+        the quantizer's own graph, the fastest peer there, was never scored."""
+        def domain(name):
+            values = (domain_override or {}).get(name, self.params[name].domain)
+            return list(values) if isinstance(values, (list, tuple)) else [values]
+
+        layers, types = domain(FLOAT_LAYERS), domain("activation_type")
+        return sorted(super().choices(domain_override),
+                      key=lambda p: (layers.index(p[FLOAT_LAYERS]), types.index(p["activation_type"]),
+                                     p["engine"] == ORT and p["scope"] == "compute"))
 
     def calibrates(self, params):
         engine = self.with_defaults(params)["engine"]

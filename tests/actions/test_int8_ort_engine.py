@@ -83,3 +83,19 @@ def test_every_quantizers_whole_plan_comes_before_any_float_layer_variant(settin
     wholes = {p["engine"] for p in order[:first_float]}
     assert wholes == {"metainfer", "onnxruntime", "nncf"}, order[:first_float]
     assert all(p["float_layers"] == 0 for p in order[:first_float])
+
+
+def test_the_quantizers_own_op_set_is_offered_before_its_compute_only_scope():
+    """The conf's int8 domain: with each float-layer count and activation type, ONNX Runtime's
+    scope all (the graph its users get) comes before its compute scope; meta-infer's own forms
+    keep their place ahead of both."""
+    import yaml
+
+    domain = yaml.safe_load(open("conf/action_space/default.yaml"))["actions"]["int8"]
+    order = [(p["float_layers"], p["activation_type"], p["engine"], p["scope"]) for p in ACTIONS["int8"].choices(domain)
+             if p["placement"] == "inputs_outputs"]
+    for fl in (0, "fit"):
+        for act in ("QUInt8", "QInt8"):
+            mine = [o[2:] for o in order if o[:2] == (fl, act)]
+            assert mine.index(("onnxruntime", "all")) < mine.index(("onnxruntime", "compute")), mine
+            assert mine.index(("metainfer", "compute")) < mine.index(("onnxruntime", "all")), mine
