@@ -85,17 +85,22 @@ def test_every_quantizers_whole_plan_comes_before_any_float_layer_variant(settin
     assert all(p["float_layers"] == 0 for p in order[:first_float])
 
 
-def test_the_quantizers_own_op_set_is_offered_before_its_compute_only_scope():
-    """The conf's int8 domain: with each float-layer count and activation type, ONNX Runtime's
-    scope all (the graph its users get) comes before its compute scope; meta-infer's own forms
-    keep their place ahead of both."""
-    import yaml
 
-    domain = yaml.safe_load(open("conf/action_space/default.yaml"))["actions"]["int8"]
-    order = [(p["float_layers"], p["activation_type"], p["engine"], p["scope"]) for p in ACTIONS["int8"].choices(domain)
-             if p["placement"] == "inputs_outputs"]
-    for fl in (0, "fit"):
-        for act in ("QUInt8", "QInt8"):
-            mine = [o[2:] for o in order if o[:2] == (fl, act)]
-            assert mine.index(("onnxruntime", "all")) < mine.index(("onnxruntime", "compute")), mine
-            assert mine.index(("metainfer", "compute")) < mine.index(("onnxruntime", "all")), mine
+def test_the_quantizers_own_op_set_is_offered_before_its_compute_only_scope(settings_for):
+    """In the default action space a search reaches ONNX Runtime's quantizer on its own op set
+    (scope all: the graph its users get) before its compute-only scope, at each float-layer
+    count and activation type; meta-infer's own rewrite keeps its place ahead of both."""
+    from metainfer_core.actions import expand
+    from metainfer_core.search.beam import in_budget_order
+
+    s = settings_for("target=cpu", "model=resnet_tiny")
+    m = normalize(build("resnet_tiny"), None).model
+    order = [(p["float_layers"], p["activation_type"], p["engine"], p["scope"])
+             for a, p, _ in in_budget_order(expand(m, s.action_space.domains(), backend("cpu").info, narrow=False))
+             if a.name == "int8" and p["placement"] == "inputs_outputs"]
+    groups = [g for g in {o[:2] for o in order} if (*g, "onnxruntime", "compute") in order]
+    assert groups, order
+    for group in groups:
+        mine = [o[2:] for o in order if o[:2] == group]
+        assert mine.index(("onnxruntime", "all")) < mine.index(("onnxruntime", "compute")), (group, mine)
+        assert mine.index(("metainfer", "compute")) < mine.index(("onnxruntime", "all")), (group, mine)
