@@ -27,6 +27,9 @@ from twins import backend
 # otherwise (5e-3 to 1e-2 on unet_tiny). Plans bound there are judged by the loss measured on the
 # path itself (path costs, verify); this bound still catches a Concat on mixed scales (3e-2).
 OV_ROUNDING = 1e-3 if "bf16" in device_precisions() else 2e-2
+# scope all also runs the Adds, Muls and pooling in int8, where the plugin's rounding differs by
+# CPU beyond that flag (4.6e-3 on an AMD Zen 4 with AVX512_BF16); still under a mixed-scale Concat's 3e-2
+OV_ROUNDING_ALL = 1.5e-2
 
 OV_INT8 = {"scope": "compute", "activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True,
            "calibrate_method": "MinMax", "placement": "inputs"}
@@ -114,7 +117,7 @@ def test_scope_all_concats_share_a_scale_too():
     on_ort = run_cpu(out, feeds)
     assert plan_loss(run_cpu(m, feeds), on_ort) < 2e-3
     compiled = host().compile(out)
-    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING
+    assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING_ALL
 
 
 def _signed_concat_graph() -> onnx.ModelProto:
