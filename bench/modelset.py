@@ -140,7 +140,7 @@ def model_row(plan: dict, plan_path: Path, client=None) -> dict:
            "adapted_ms": p["measured"]["latency_ms"], "accuracy_loss": p["measured"]["accuracy_loss"],
            "accuracy_bound": p.get("accuracy_bound"),
            "execution_path": (p.get("execution_path") or {}).get("label"),
-           "timings": p["timings"], "profile": p["profile"],
+           "timings": p["timings"], "profile": p["profile"], "search": p.get("search"),
            "run_folder": os.path.relpath(plan_path.parent, ROOT), "mlflow_run_id": p["mlflow_run_id"],
            "candidates": [{"label": c["label"], "actions": [a["kind"] for a in c["actions"]],
                            "predicted_ms": c["predicted_latency_ms"], "measured_ms": c["measured"]["latency_ms"],

@@ -61,24 +61,34 @@ def adapt_table(models: list[dict], links: bool = True) -> list[str]:
     loss, actions, execution path, adapt wall time and each stage's seconds (plan.json `timings`);
     with `links`, the run folder and MLflow run too."""
     head = ["model", "source", "exit", "nodes", "default ms", "adapted ms", "speed-up", "accuracy loss", "decision",
-            "actions", "execution path", "adapt s", "stage seconds", "weights=latency: speed-up, decision, actions"] \
+            "actions", "execution path", "adapt s", "stage seconds", "search depth",
+            "weights=latency: speed-up, decision, actions"] \
         + (["run folder", "MLflow run", "mlflow"] if links else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for m in models:
         if m.get("error"):
             cells = [m["name"], _source(m), str(m.get("rc", "–")), "", "", "", "", "",
-                     f"{_failed(m)}: {first_line(m['error'])}", "", "", _f(m.get("adapt_s"), ".0f"), "", ""]
+                     f"{_failed(m)}: {first_line(m['error'])}", "", "", _f(m.get("adapt_s"), ".0f"), "", "", ""]
         else:
             cells = [m["name"], _source(m), str(m.get("rc", 0)), str(m["nodes"]), _f(m["default_ms"], ".4g"),
                      _f(m["adapted_ms"], ".4g"), f"**{_x(_ratio(m['default_ms'], m['adapted_ms']))}**",
                      _f(m["accuracy_loss"], ".2e"), m["decision"], ", ".join(m["actions"]) or "-",
                      m.get("execution_path") or "–", _f(m.get("adapt_s"), ".0f"), stage_seconds(m.get("timings")),
-                     latency_cell(m)]
+                     depth_cell(m.get("search")), latency_cell(m)]
         if links:
             cells += ["", "", ""] if m.get("error") else [f"`{m['run_folder']}`", f"`{m['mlflow_run_id']}`",
                                                          str(m.get("mlflow_check", "–"))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def depth_cell(search: dict | None) -> str:
+    """The search's deepest level of its configured depth, plans scored, and whether the clock
+    stopped it (plan.json `search`)."""
+    if not search:
+        return "–"
+    return (f"{search.get('levels', '–')} of {search.get('depth', '–')}, {search.get('evaluated', '–')} scored"
+            + (", budget spent" if search.get("stopped_by_budget") else ""))
 
 
 def latency_cell(m: dict) -> str:

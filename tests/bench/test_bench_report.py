@@ -219,7 +219,8 @@ def combined_results():
     zoo = _model("resnet_tiny", 0.4, 0.2) | {"source": "zoo", "inputs": "random", "rc": 0, "adapt_s": 20.4,
                                              "timings": TIMINGS, "execution_path": "onnxruntime f32"}
     ocr = _model("ppocr_cls", 0.84, 0.5) | {"source": "corpus", "inputs": "data.inputs", "rc": 0, "adapt_s": 61.0,
-                                            "timings": TIMINGS, "execution_path": "openvino bf16"}
+                                            "timings": TIMINGS, "execution_path": "openvino bf16",
+                                            "search": {"levels": 2, "depth": 4, "evaluated": 31, "stopped_by_budget": True}}
     ocr["compare"]["meta_infer"]["latency_ms"] = (0.84 / 1.6) / 0.96             # 0.96x OpenVINO f32's speed
     vad = _model("silero_vad", 0.1, 0.05) | {"source": "corpus", "inputs": "data.inputs", "rc": 0, "adapt_s": 30.0,
                                             "timings": TIMINGS}
@@ -262,7 +263,7 @@ def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means()
     # per model: exit code, adapt wall time and each stage's seconds
     assert ("| ppocr_cls | corpus, real inputs | 0 | 49 | 0.84 | 0.5 | **1.68x** | 2.00e-04 | adapted | int8 "
             "| openvino bf16 | 61 | normalize 0.3, profile 3.4, train 1.9, search 4.5, verify 4.2, compile 0.5, "
-            "total 15.2 |") in md
+            "total 15.2 | 2 of 4, 31 scored, budget spent |") in md
     adapt = report.adapt_table(r["models"])
     assert len(adapt) == 2 + 5 and len({ln.count("|") for ln in adapt}) == 1 and "\n".join(adapt) in md
     assert adapt[5].startswith("| ddddocr_det | corpus, real inputs | timeout |") and "| 1800 |" in adapt[5]
