@@ -1,7 +1,7 @@
 """The adapt pipeline's Prefect tasks, one per stage, each a thin wrapper over the stage's entry
 point:
 
-    normalize        metainfer_core.prepare.stage.prepare
+    normalize        metainfer_core.prepare.stage.prepare_stage
     profile          metainfer_core.fingerprint.stage.profile_stage
     train_predictor  metainfer_core.predictor.stage.train_stage
     search           metainfer_core.search.stage.search_stage
@@ -32,7 +32,7 @@ from metainfer_core.plan.run_folder import stage_run
 from metainfer_core.plan.schema import Plan
 from metainfer_core.predictor.lifecycle.feedback import record_verified_runs
 from metainfer_core.predictor.stage import train_stage
-from metainfer_core.prepare.stage import Prepared, prepare
+from metainfer_core.prepare.stage import Prepared, prepare_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import run_log, say as _progress
@@ -68,7 +68,7 @@ def timed(budget: Budget, timings: dict[str, float], stage: str, task, *args, bo
 
 @task(name="normalize", cache_policy=NO_CACHE)
 def normalize_task(run: Run) -> Prepared:
-    return prepare(run.s, run.backend.info.static_shapes, _progress)
+    return prepare_stage(run.s, run.backend.info.static_shapes, _progress)
 
 
 @task(name="profile", cache_policy=NO_CACHE)

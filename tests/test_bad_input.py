@@ -190,7 +190,7 @@ def _overrides(case: str, tmp: Path) -> tuple[list[str], str, list[str]]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_refused_with_one_paragraph(tmp_path, case):
     from metainfer_core.backends import backend_for
-    from metainfer_core.prepare.stage import prepare
+    from metainfer_core.prepare.stage import prepare_stage
     from tasks.compose import load_settings
 
     overrides, where, fragments = _overrides(case, tmp_path)
@@ -198,7 +198,7 @@ def test_bad_input_is_refused_with_one_paragraph(tmp_path, case):
     with pytest.raises(MetaInferError) as refused:
         s, _ = load_settings([f"paths.artifacts={tmp_path / 'artifacts'}", *overrides])
         assert where == "normalize", f"{case}: the settings accepted it"
-        prepare(s, backend_for(s).info.static_shapes, progress=lambda _msg: None)
+        prepare_stage(s, backend_for(s).info.static_shapes, progress=lambda _msg: None)
     message = str(refused.value)
     assert "\n" not in message.strip() and len(message) < 800, message
     for fragment in fragments:

@@ -64,7 +64,7 @@ def _validation_feeds(s: Settings, model: onnx.ModelProto, samples: dict[str, np
                         s.data.labels_key)
 
 
-def prepare(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
+def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
     from metainfer_core.normalize.equivalence import MAX_SAMPLES
     from metainfer_core.normalize.input_memory import check_input_memory
     from metainfer_core.normalize.inputs import load_samples, sample_shapes

@@ -57,11 +57,11 @@ def test_profiling_leaves_nncf_out(settings_for):
     and hold the same kernels as meta-infer's own form of it."""
     from metainfer_core.backends import backend_for
     from metainfer_core.fingerprint.stage import profiling_variants
-    from metainfer_core.prepare.stage import prepare
+    from metainfer_core.prepare.stage import prepare_stage
 
     s = settings_for("target=cpu", "model=resnet_tiny")
     assert "nncf" in s.action_space.domains()["int8"]["engine"]
-    variants = profiling_variants(s, prepare(s, False, progress=lambda msg: None), backend_for(s))
+    variants = profiling_variants(s, prepare_stage(s, False, progress=lambda msg: None), backend_for(s))
     forms = [m for m in variants if graph_class(m) == "int8-inputs"]
     assert forms and not any(model_meta(m, INT8_ENGINE_KEY) for m in variants)
 

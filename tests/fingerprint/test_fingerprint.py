@@ -109,9 +109,9 @@ def test_profiling_variants_stop_at_their_deadline(settings_for):
 
     from metainfer_core.backends import backend_for
     from metainfer_core.fingerprint.stage import profiling_variants
-    from metainfer_core.prepare.stage import prepare
+    from metainfer_core.prepare.stage import prepare_stage
 
     s = settings_for("target=cpu", "model=resnet_tiny")
-    prepared = prepare(s, False, progress=lambda msg: None)
+    prepared = prepare_stage(s, False, progress=lambda msg: None)
     assert len(profiling_variants(s, prepared, backend_for(s), deadline=time.perf_counter() + 60)) > 10
     assert len(profiling_variants(s, prepared, backend_for(s), deadline=time.perf_counter())) == 1

@@ -1,4 +1,4 @@
-"""prepare() with data.inputs (issue 20): the user's samples are checked against the model's
+"""prepare_stage() with data.inputs (issue 20): the user's samples are checked against the model's
 inputs before normalize and feed its equivalence check and shape filling, their shape binds the
 dims model.input_shapes leaves symbolic, and normalize's warnings reach the progress log."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.prepare.stage import prepare
+from metainfer_core.prepare.stage import prepare_stage
 from metainfer_core.errors import MetaInferError
 
 
@@ -39,7 +39,7 @@ def test_prepare_runs_normalize_on_the_samples_and_binds_their_shape(settings_fo
     npz = _samples(tmp_path / "inputs.npz")
     s = settings_for("model=file", f"model.path={model}", f"data.inputs={npz}", "target=gpu")
     said: list[str] = []
-    prepared = prepare(s, False, progress=said.append)
+    prepared = prepare_stage(s, False, progress=said.append)
     assert prepared.normalized.real_inputs
     assert len(prepared.feeds) == 3 and prepared.feeds[0]["ids"].shape == (1, 6)
     np.testing.assert_array_equal(prepared.feeds[2]["ids"], np.load(npz)["ids"][2])
@@ -56,7 +56,7 @@ def test_prepare_without_samples_names_the_input_that_needs_real_values(settings
     model = _ids_model(tmp_path / "ids.onnx", declared_output=(1, 24))
     s = settings_for("model=file", f"model.path={model}", "model.input_shapes={ids:[1,6]}", "target=gpu")
     with pytest.raises(MetaInferError, match=r"'shape'.*data\.inputs=<file\.npz>"):
-        prepare(s, False, progress=lambda m: None)
+        prepare_stage(s, False, progress=lambda m: None)
 
 
 def test_samples_missing_an_input_are_refused_before_normalize(settings_for, tmp_path):
@@ -65,7 +65,7 @@ def test_samples_missing_an_input_are_refused_before_normalize(settings_for, tmp
     np.savez(npz, ids=np.zeros((2, 1, 6), np.int64))
     s = settings_for("model=file", f"model.path={model}", f"data.inputs={npz}", "target=gpu")
     with pytest.raises(MetaInferError, match=r"no array for model input\(s\) \['shape'\]"):
-        prepare(s, False, progress=lambda m: None)
+        prepare_stage(s, False, progress=lambda m: None)
 
 
 @pytest.mark.parametrize("name, arr, fragment", [

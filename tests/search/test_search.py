@@ -8,7 +8,7 @@ import pytest
 
 from metainfer_core.backends import backend_for
 from metainfer_core.decide.stage import decide_stage
-from metainfer_core.prepare.stage import prepare
+from metainfer_core.prepare.stage import prepare_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome
 from metainfer_core.accuracy.metric import run_cpu
@@ -252,7 +252,7 @@ def test_canonical_hash_ignores_names_and_equivalent_orders():
 
 def test_adaptive_switch_skips_when_the_search_cannot_pay_back(settings_for, monkeypatch):
     s = settings_for("target=gpu", "search=quick", "action_space=lossless", "search.expected_runs=1")
-    prepared = prepare(s, False, progress=lambda msg: None)
+    prepared = prepare_stage(s, False, progress=lambda msg: None)
     be = backend_for(s)
     out = search_stage(s, prepared, be, FakeCostModel(), progress=lambda msg: None)
     assert out.result is None and "search.expected_runs=1" in out.skipped_reason
@@ -521,7 +521,7 @@ def test_on_a_measured_target_predictions_are_anchored_on_the_default_timed_ther
             return 10 * super().predict_kernels_ms(kernels)
 
     s = settings_for("target=cpu", "search=quick", "action_space=lossless", "search.expected_runs=100000000")
-    prepared = prepare(s, False, progress=lambda msg: None)
+    prepared = prepare_stage(s, False, progress=lambda msg: None)
     be = backend_for(s)
     out = search_stage(s, prepared, be, TenfoldCostModel(), progress=lambda msg: None)
     anchor = out.extra["anchor"]
