@@ -7,6 +7,7 @@ import re
 
 from bench import plan_predictions
 from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS, PLANS
+from metainfer_core.plan.report import search_text
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -74,21 +75,12 @@ def adapt_table(models: list[dict], links: bool = True) -> list[str]:
                      _f(m["adapted_ms"], ".4g"), f"**{_x(_ratio(m['default_ms'], m['adapted_ms']))}**",
                      _f(m["accuracy_loss"], ".2e"), m["decision"], ", ".join(m["actions"]) or "-",
                      m.get("execution_path") or "–", _f(m.get("adapt_s"), ".0f"), stage_seconds(m.get("timings")),
-                     depth_cell(m.get("search")), latency_cell(m)]
+                     search_text(m["search"]) if m.get("search") else "–", latency_cell(m)]
         if links:
             cells += ["", "", ""] if m.get("error") else [f"`{m['run_folder']}`", f"`{m['mlflow_run_id']}`",
                                                          str(m.get("mlflow_check", "–"))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
-
-
-def depth_cell(search: dict | None) -> str:
-    """The search's deepest level of its configured depth, plans scored, and whether the clock
-    stopped it (plan.json `search`)."""
-    if not search:
-        return "–"
-    return (f"{search.get('levels', '–')} of {search.get('depth', '–')}, {search.get('evaluated', '–')} scored"
-            + (", budget spent" if search.get("stopped_by_budget") else ""))
 
 
 def latency_cell(m: dict) -> str:

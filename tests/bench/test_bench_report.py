@@ -263,7 +263,7 @@ def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means()
     # per model: exit code, adapt wall time and each stage's seconds
     assert ("| ppocr_cls | corpus, real inputs | 0 | 49 | 0.84 | 0.5 | **1.68x** | 2.00e-04 | adapted | int8 "
             "| openvino bf16 | 61 | normalize 0.3, profile 3.4, train 1.9, search 4.5, verify 4.2, compile 0.5, "
-            "total 15.2 | 2 of 4, 31 scored, budget spent |") in md
+            "total 15.2 | depth 2 of 4 reached, 31 candidates scored, stopped by the budget |") in md
     adapt = report.adapt_table(r["models"])
     assert len(adapt) == 2 + 5 and len({ln.count("|") for ln in adapt}) == 1 and "\n".join(adapt) in md
     assert adapt[5].startswith("| ddddocr_det | corpus, real inputs | timeout |") and "| 1800 |" in adapt[5]
