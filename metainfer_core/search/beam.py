@@ -244,6 +244,7 @@ class _Search:
         self.ahead_of: dict[int, float | None] = {}  # graph -> its best bound plan's score; bound plan -> None
         self.fastest_bound: dict[int, float] = {}   # lossy graph -> its best bound plan's score at zero loss
         self.at_zero: dict[tuple, float] = {}       # expansion -> its child's score at zero loss, bound broken or not
+        self.scored: dict[tuple, Candidate] = {}    # expansion -> its child as scored, bound broken or not
         self.lookahead = {k: v for k, v in space.items() if k == "binding"}
         self.clock = {"expand_s": 0.0, "apply_s": 0.0, "hash_s": 0.0}
         self.per_action: dict[str, float] = {}
@@ -431,6 +432,7 @@ class _Search:
             cand = self._make(state, action, params, site, step, whole) if narrowed is not None else None
             if cand is not None:
                 self.at_zero[memo] = self.zero_loss_score(cand)
+                self.scored[memo] = cand
             # over the accuracy bound it is not made again (once reanchor estimated it, it is)
             over_bound = cand is not None and cand.violation and cand.violation.split(":")[0] != "memory"
             cand = self.made[memo] = None if over_bound else cand
@@ -508,8 +510,9 @@ class _Search:
         return None if whole is None or whole.violation or self.evaluator.base_score is None else whole
 
     def _sibling(self, state: Candidate, action, params: dict, site) -> Candidate | None:
-        """For a float-layers choice: the same step with every layer lowered, when it was made."""
-        return self.made.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0})) \
+        """For a float-layers choice: the same step with every layer lowered, when it was scored
+        (over the accuracy bound too: its anchor and path ratio still price the layers lowered)."""
+        return self.scored.get(_memo(state, action.name, site, {**params, FLOAT_LAYERS: 0})) \
             if params.get(FLOAT_LAYERS) else None
 
     def zero_loss_score(self, c: Candidate) -> float:

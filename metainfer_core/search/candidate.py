@@ -24,6 +24,7 @@ class Candidate:
     binding: dict = field(default_factory=dict)   # {"device": n, "host": [{"kernel", "nodes", "reason"}]}
     graph_latency_ms: float = 0.0       # the predictor's figure before plan-wide corrections (double buffering)
     graph_anchor: float = 1.0           # the factor its graph's measured anchor applied (Evaluator.graph_anchors)
+    float_share: float = 0.0            # of its anchored latency, the layers a lowered precision kept float
     key: str = field(default="")
 
     def __post_init__(self):

