@@ -565,12 +565,9 @@ ANCHORED = 3.0
 ONE_INT8 = {**INT8, "scope": ["compute"], "placement": ["inputs_outputs"]}
 
 
-@pytest.mark.alone
-def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(models):
-    """int8 kernels predicted 10x slow. Binding the int8 graph to OpenVINO times it on the
-    default path too (the path ratio's base): that anchors the graph, scored before it was
-    timed, and its bound plan, so each is predicted within 3x of what it measures (10x off
-    without)."""
+def _scored_int8_search(models, space: dict, beam_width: int, depth: int):
+    """A search on resnet_tiny with int8 kernels predicted 10x slow, anchored on the default timed
+    on the host, its paths measured: (evaluator, every candidate scored in order, backend, feeds)."""
     from metainfer_core.search.anchor import measured_default_ms
     from metainfer_core.search.path_costs import PathCosts
 
@@ -585,11 +582,23 @@ def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(
         scored.append(c)
         return real(self, c, parent, origin, whole)
 
-    space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Evaluator, "evaluate", keep)
-        beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=1,
-                    top_k=3, time_budget_s=120)
+        beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=beam_width,
+                    depth=depth, top_k=beam_width, time_budget_s=120)
+    return ev, scored, be, feeds
+
+
+@pytest.mark.alone
+def test_a_lossy_graph_timed_on_the_default_path_is_anchored_there_bound_or_not(models):
+    """int8 kernels predicted 10x slow. Binding the int8 graph to OpenVINO times it on the
+    default path too (the path ratio's base): that anchors the graph, scored before it was
+    timed, and its bound plan, so each is predicted within 3x of what it measures (10x off
+    without)."""
+    from metainfer_core.search.anchor import measured_default_ms
+
+    space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
+    ev, scored, be, feeds = _scored_int8_search(models, space, beam_width=3, depth=1)
     int8 = [c for c in scored if c.steps and c.steps[0].kind == "int8"]
     assert len(int8) == 2 and list(ev.graph_anchors) == [int8[0].key], (ev.graph_anchors, [c.steps for c in int8])
     for c in int8:
@@ -605,25 +614,10 @@ def test_a_graph_of_a_timed_family_takes_the_familys_anchor(models):
     measures (10x off without: ONNX Runtime's quantizer's graphs and signed int8 ran 2-3x
     from their predictions on real models)."""
     from metainfer_core.search.anchor import measured_default_ms
-    from metainfer_core.search.path_costs import PathCosts
-
-    m, feeds, reference = models["resnet_tiny"]
-    be = backend("cpu")
-    ev = Evaluator(_Priced(**INT8_SLOW), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
-                   paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss),
-                   anchor_ms=measured_default_ms(be, m, feeds[0]))
-    scored, real = [], Evaluator.evaluate
-
-    def keep(self, c, parent=None, origin=None, whole=None):
-        scored.append(c)
-        return real(self, c, parent, origin, whole)
 
     space = {"int8": {**ONE_INT8, "float_layers": [0], "calibrate_method": ["MinMax", "Percentile"]},
              "binding": {"runtime": ["openvino"], "precision": ["f32"]}}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Evaluator, "evaluate", keep)
-        beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=4, depth=2,
-                    top_k=4, time_budget_s=120)
+    ev, scored, be, feeds = _scored_int8_search(models, space, beam_width=4, depth=2)
     int8 = [c for c in scored if c.steps and c.steps[0].kind == "int8"]
     graphs = {c.key for c in int8 if len(c.steps) == 1}
     assert len(graphs) == 2 and len(ev.family_anchors) == 1 and len(ev.graph_anchors) == 1, \
@@ -639,25 +633,10 @@ def test_a_lossless_rewrite_of_an_anchored_graph_keeps_its_anchor(models):
     tilings, lossless rewrites of it, are predicted within 3x of what they measure, as it is
     (unanchored they were 10x off)."""
     from metainfer_core.search.anchor import measured_default_ms
-    from metainfer_core.search.path_costs import PathCosts
 
-    m, feeds, reference = models["resnet_tiny"]
-    be = backend("cpu")
-    ev = Evaluator(_Priced(**INT8_SLOW), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
-                   paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss),
-                   anchor_ms=measured_default_ms(be, m, feeds[0]))
     space = {"int8": {**ONE_INT8, "float_layers": [0]}, "binding": {"runtime": ["openvino"], "precision": ["f32"]},
              "tiling": {"tiles": [2], "axis": ["height"]}}
-    scored, real = [], Evaluator.evaluate
-
-    def keep(self, c, parent=None, origin=None, whole=None):
-        scored.append(c)
-        return real(self, c, parent, origin, whole)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Evaluator, "evaluate", keep)
-        beam_search(m, space, ev, ActionContext(target=be.info, calibration_feeds=feeds), beam_width=3, depth=2,
-                    top_k=3, time_budget_s=120)
+    ev, scored, be, feeds = _scored_int8_search(models, space, beam_width=3, depth=2)
     tiled = [c for c in scored if [st.kind for st in c.steps] == ["int8", "tiling"]]
     assert tiled and ev.graph_anchors, [[st.kind for st in c.steps] for c in scored]
     for c in tiled:
