@@ -7,7 +7,8 @@ which is the learning curve).
 Per model: verified plans, Spearman between predicted and measured latency among them (3 plans
 or more), median and p90 of |predicted / measured - 1| over the plans, the default plan's
 error, and how many plans were off by more than 2x (adapt's warning). Then per execution path
-(onnxruntime, openvino:f32, ...) over all models, and the mean Spearman.
+(onnxruntime, openvino:f32, ...) over all models, latency and peak memory (the runtime's
+footprint included: measured in a fresh process), and the mean Spearman.
 
     python -m bench.plan_predictions RUNS_DIR [--weights balanced]
 """
@@ -50,6 +51,15 @@ def plan_points(p: dict) -> list[tuple[str, float, float]]:
     return [(path, pr, me) for path, pr, me in pts if _error(pr, me) is not None]
 
 
+def memory_points(p: dict) -> list[tuple[str, float, float]]:
+    """(execution path, predicted peak bytes, measured peak bytes) of the same plans."""
+    base = p["baseline"]
+    pts = [("onnxruntime", base.get("predicted_peak_mem_bytes"), base.get("peak_mem_bytes"))]
+    pts += [(c.get("execution_path") or "onnxruntime", c.get("predicted_peak_mem_bytes"),
+             (c.get("measured") or {}).get("peak_mem_bytes")) for c in p.get("candidates") or [] if not c.get("error")]
+    return [(path, pr, me) for path, pr, me in pts if _error(pr, me) is not None]
+
+
 def model_figures(p: dict, seen_before: int) -> dict:
     pts = plan_points(p)
     errs = [_error(pr, me) for _, pr, me in pts]
@@ -63,20 +73,29 @@ def model_figures(p: dict, seen_before: int) -> dict:
             "p90_err": float(np.percentile(errs, 90)) if errs else None,
             "default_err": _error(base.get("predicted_latency_ms"), base.get("latency_ms")),
             "off_2x": sum(1 for _, pr, me in pts if max(pr / me, me / pr) > OFF),
-            "points": pts}
+            "points": pts, "memory_points": memory_points(p)}
 
 
 def figures(plans: list[dict]) -> dict:
-    """{models: [model_figures], paths: {path: {plans, median_err, p90_err}}, mean_spearman, median_err, p90_err}."""
+    """{models: [model_figures], paths: {path: {plans, median_err, p90_err, memory_median_err,
+    memory_p90_err}}, mean_spearman, median_err, p90_err}."""
     models = [model_figures(p, i) for i, p in enumerate(plans)]
     by_path: dict[str, list[float]] = {}
+    memory: dict[str, list[float]] = {}
     for m in models:
         for path, pr, me in m["points"]:
             by_path.setdefault(path, []).append(_error(pr, me))
+        for path, pr, me in m["memory_points"]:
+            memory.setdefault(path, []).append(_error(pr, me))
     every = [e for errs in by_path.values() for e in errs]
     rhos = [m["spearman"] for m in models if m["spearman"] is not None]
+
+    def spread(errs: list[float] | None, key: str) -> dict:
+        return {f"{key}median_err": float(np.median(errs)) if errs else None,
+                f"{key}p90_err": float(np.percentile(errs, 90)) if errs else None}
+
     return {"models": models,
-            "paths": {k: {"plans": len(v), "median_err": float(np.median(v)), "p90_err": float(np.percentile(v, 90))}
+            "paths": {k: {"plans": len(v), **spread(v, ""), **spread(memory.get(k), "memory_")}
                       for k, v in sorted(by_path.items())},
             "mean_spearman": float(np.mean(rhos)) if rhos else None,
             "median_err": float(np.median(every)) if every else None,
@@ -94,8 +113,10 @@ def markdown(f: dict) -> list[str]:
         out.append(f"| {m['model']} | {m['seen_before']} | {m['plans']} | "
                    f"{'–' if m['spearman'] is None else format(m['spearman'], '.2f')} | {_pct(m['median_err'])} | "
                    f"{_pct(m['p90_err'])} | {_pct(m['default_err'])} | {m['off_2x']} |")
-    out += ["", "| execution path | plans | median error | p90 error |", "|---|---|---|---|"]
-    out += [f"| {k} | {v['plans']} | {_pct(v['median_err'])} | {_pct(v['p90_err'])} |" for k, v in f["paths"].items()]
+    out += ["", "| execution path | plans | median error | p90 error | peak memory: median error | p90 error |",
+            "|---|---|---|---|---|---|"]
+    out += [f"| {k} | {v['plans']} | {_pct(v['median_err'])} | {_pct(v['p90_err'])} | "
+            f"{_pct(v.get('memory_median_err'))} | {_pct(v.get('memory_p90_err'))} |" for k, v in f["paths"].items()]
     rho = f["mean_spearman"]
     out += ["", f"Mean Spearman {'–' if rho is None else format(rho, '.2f')}, median error {_pct(f['median_err'])}, "
                 f"p90 {_pct(f['p90_err'])}, {sum(m['off_2x'] > 0 for m in f['models'])} of {len(f['models'])} "

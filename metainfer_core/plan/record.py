@@ -217,7 +217,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                     "illegal": outcome.result.illegal, "failed": outcome.result.failed,
                     "stopped_by_budget": outcome.result.stopped_by_budget, "timings": outcome.result.timings,
                     "execution_paths": outcome.extra.get("execution_paths", {}),
-                    "anchor": outcome.extra.get("anchor")}
+                    "anchor": outcome.extra.get("anchor"), "memory": outcome.extra.get("memory", {})}
                    if outcome.result else None),
         "timings": timings,
         "budget": budget.as_dict() if budget is not None else None,

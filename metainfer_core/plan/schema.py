@@ -118,6 +118,7 @@ class SearchRecord(Record):
     timings: dict[str, Any] = {}            # where the search's own time went, some of it per action
     execution_paths: dict[str, Any] = {}
     anchor: dict[str, Any] | None = None
+    memory: dict[str, Any] = {}             # per execution path: its MemoryFit (footprint, scale, runs)
 
 
 class Plan(Record):

@@ -15,7 +15,8 @@ class Candidate:
     model: onnx.ModelProto
     steps: tuple[Step, ...] = ()
     latency_ms: float = 0.0
-    peak_mem_bytes: int = 0
+    peak_mem_bytes: int = 0             # on its execution path (the planner's peak through that path's MemoryFit)
+    planned_peak_bytes: int = 0         # the liveness planner's peak for its graph
     accuracy_loss: float = 0.0
     accuracy_exact: bool = True         # False: estimated from per-node sensitivity
     accuracy_deferred: bool = False     # True: scored at zero loss, its estimate not made yet (Evaluator._worth_estimating)

@@ -5,7 +5,8 @@ buffer-sharing policy, accuracy loss from per-node sensitivity measured once per
 (accuracy/sensitivity.py; lossless candidates are exact). Each candidate also gets its operator
 binding: which kernels the device runs and which fall back to the host, and why. A candidate
 bound to another execution path gets its graph's prediction times that path's measured latency
-ratio, and the accuracy loss the path adds (search/path_costs.py); its exact check runs there.
+ratio, its peak memory the planner's through that path's fit on measured runs (runtime
+footprint included: predictor/model/path_memory.py), and the accuracy loss the path adds (search/path_costs.py); its exact check runs there.
 A lossy graph timed on the default path (measuring a path for it does that) is anchored there
 like the unchanged model, bound or not; a graph of its family (PathCosts.family) not timed
 itself takes its anchor. Float layers a lowered precision keeps run at the path's float ratio."""
@@ -29,6 +30,7 @@ from metainfer_core.ir.directives import double_buffered
 from metainfer_core.ir.kernels import Kernel, bind, crossings
 from metainfer_core.ir.memory import DEFAULT_STRATEGY, model_strategy, plan_memory
 from metainfer_core.predictor import CostModel
+from metainfer_core.predictor.model.path_memory import MemoryFit
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.path_costs import PathCosts, graph_class
 from metainfer_core.search.score import Weights, memory_base, violation
@@ -60,10 +62,12 @@ class Evaluator:
     def __init__(self, cost_model: CostModel, target: TargetInfo, weights: Weights, max_loss: float,
                  feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
                  ctx: ActionContext | None = None, max_probes: int = MAX_PROBES, loss_fn: Callable = plan_loss,
-                 paths: PathCosts | None = None, anchor_ms: float | None = None):
+                 paths: PathCosts | None = None, anchor_ms: float | None = None,
+                 memory: dict[ExecutionPath, MemoryFit] | None = None):
         """anchor_ms: the default plan's latency measured on the target (search/anchor.py): every
-        prediction is scaled by it over the default's prediction."""
-        self.loss_fn, self.paths = loss_fn, paths
+        prediction is scaled by it over the default's prediction. memory: per execution path, the
+        fit from planned to measured peak (a path without one: as planned)."""
+        self.loss_fn, self.paths, self.memory = loss_fn, paths, memory or {}
         self.anchor_ms, self.scale = anchor_ms, 1.0
         self.predicted_default_ms: float | None = None      # before the anchor scaled it
         self.cost_model, self.target, self.weights, self.max_loss = cost_model, target, weights, max_loss
@@ -152,7 +156,9 @@ class Evaluator:
                            model_strategy(m, self.target.extra.get("memory_strategy", DEFAULT_STRATEGY)),
                            {o.name for o in m.graph.output},
                            extra_bytes=staging, streamed_weights=streamed, double_buffer=double)
-        c.peak_mem_bytes = plan.peak_bytes
+        c.planned_peak_bytes = plan.peak_bytes
+        fit = self.memory.get(path)
+        c.peak_mem_bytes = fit.predict(plan.peak_bytes) if fit is not None else plan.peak_bytes
         self.timings["evaluate_s"] += time.perf_counter() - t0
         if any(s.kind in self.lossy for s in c.steps):
             if self.sensitivity is None:

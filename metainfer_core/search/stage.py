@@ -12,7 +12,9 @@ from metainfer_core.backends import Backend
 from metainfer_core.backends.paths import ExecutionPath, missing_paths
 from metainfer_core.budget import eta
 from metainfer_core.errors import MetaInferError
+from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.predictor import CostModel
+from metainfer_core.predictor.model.path_memory import MemoryFit
 from metainfer_core.prepare.stage import Prepared
 from metainfer_core.search.anchor import measured_default_ms
 from metainfer_core.search.beam import SearchResult, beam_search, depth_reasons
@@ -47,9 +49,10 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     # a measured target times the unchanged model once: the predictions' anchor (search/anchor.py)
     anchor_ms = measured_default_ms(backend, prepared.model, prepared.feeds[0]) if info.measurement == "measured" \
         else None
+    memory = memory_fits(s, backend) if info.measurement == "measured" else {}
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
-                          paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms)
+                          paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms, memory=memory)
     default = Candidate(prepared.model)
     t_eval = time.perf_counter()
     evaluator.set_baseline(default)
@@ -112,10 +115,28 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                           "possible_saving_s": saving_s,
                           "anchor": {"measured_default_ms": anchor_ms, "predicted_default_ms": evaluator.predicted_default_ms,
                                      "graphs": sorted(round(f, 4) for f in evaluator.graph_anchors.values())},
-                          "execution_paths": evaluator.paths.measured if evaluator.paths else {}})
+                          "execution_paths": evaluator.paths.measured if evaluator.paths else {},
+                          "memory": {p.label: f.as_dict() for p, f in memory.items()}})
 
 
 EXPLORE_VERIFY_S = 15.0     # what verifying the explored plans may add, at most (predicted)
+
+
+def memory_fits(s: Settings, backend: Backend) -> dict[ExecutionPath, MemoryFit]:
+    """Per execution path of a measured target, planned to measured peak memory fitted on the
+    runs verify recorded there (each path's own fingerprint version); paths without runs are left
+    out (their plans are predicted as planned)."""
+    library = FingerprintLibrary(s.tracking.fingerprint_db)
+    out = {}
+    labels = {"onnxruntime", *(backend.info.extra.get("execution_paths") or [])}
+    for path in sorted({ExecutionPath.parse(label) for label in labels}, key=lambda p: p.label):
+        if not path.is_default and not hasattr(backend, "path_backend"):
+            continue
+        info = backend.info if path.is_default else backend.path_backend(path).info
+        fit = MemoryFit.fit(library.plan_runs(info.fingerprint_version, source="runtime"))
+        if fit.runs:
+            out[path] = fit
+    return out
 
 
 def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts | None:

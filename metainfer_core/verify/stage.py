@@ -59,6 +59,7 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
         if r.ok:
             predicted = cost_model.predict_ms(group_kernels(r.model)) if cost_model is not None else float("nan")
             extra.append(Candidate(r.model, r.steps, latency_ms=predicted, peak_mem_bytes=c.peak_mem_bytes,
+                                   planned_peak_bytes=c.planned_peak_bytes,
                                    accuracy_loss=r.loss_after, score=float("nan")))
             entry["repaired_as"] = f"candidate{len(top) + len(extra)}"
         progress(f"verify: {entry['candidate']} breaks the accuracy bound ({r.loss_before:.3g}); pinned "

@@ -8,11 +8,14 @@ import pytest
 from bench import plan_predictions as pp
 
 
-def plan(name, weights, default, cands, sha=None):
-    """default: (predicted, measured); cands: (path, predicted, measured, error)."""
+def plan(name, weights, default, cands, sha=None, memory=(10, 20)):
+    """default: (predicted, measured); cands: (path, predicted, measured, error); memory: every
+    plan's (predicted, measured) peak."""
     return {"model": {"name": name, "sha256": sha or name}, "weights": {"name": weights},
-            "baseline": {"predicted_latency_ms": default[0], "latency_ms": default[1]},
-            "candidates": [{"execution_path": path, "predicted_latency_ms": pr, "measured": {"latency_ms": me},
+            "baseline": {"predicted_latency_ms": default[0], "latency_ms": default[1],
+                         "predicted_peak_mem_bytes": memory[0], "peak_mem_bytes": memory[1]},
+            "candidates": [{"execution_path": path, "predicted_latency_ms": pr, "predicted_peak_mem_bytes": memory[0],
+                            "measured": {"latency_ms": me, "peak_mem_bytes": memory[1]},
                             "error": err} for path, pr, me, err in cands]}
 
 
@@ -36,6 +39,7 @@ def test_figures_rank_and_size_the_plans_per_model_and_per_path():
     assert f["paths"]["openvino:f32"]["plans"] == 2 and f["paths"]["onnxruntime"]["plans"] == 4
     assert f["paths"]["openvino:f32"]["median_err"] == pytest.approx((0.5 / 5.5 + 0.25) / 2)
     assert f["mean_spearman"] == pytest.approx(0.75)
+    assert f["paths"]["openvino:f32"]["memory_median_err"] == pytest.approx(0.5)        # 10 predicted, 20 measured
     md = "\n".join(pp.markdown(f))
     assert "| bad | 1 | 3 | 0.50 | " in md and "1 of 2 models with a plan off by more than 2x" in md
 

@@ -3,6 +3,7 @@ MLflow run; and bad input failing with one paragraph, a non-zero exit and nothin
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from pathlib import Path
 
@@ -128,6 +129,12 @@ def test_any_onnx_file_on_cpu_then_library_reuse(run_flow, migrated, tmp_path):
     second = run_flow("adapt", *args)
     assert second.returncode == 0, second.stderr
     assert second.plan["profile"]["measured"] == 0 and second.plan["profile"]["reused"] > 0
+    # verify recorded each plan's planned peak beside its measured one: the second run predicts the
+    # default's peak through the default path's fit (the runtime's footprint: ~10x the planned
+    # tensors of this MLP), no longer as planned
+    off = [abs(math.log(p["baseline"]["predicted_peak_mem_bytes"] / p["baseline"]["peak_mem_bytes"]))
+           for p in (plan, second.plan)]
+    assert off[1] < off[0] / 2, (off, second.plan["search"])
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -12,14 +12,20 @@ from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.fingerprint.library import FingerprintLibrary, PlanRun
 from metainfer_core.ir.graph_hash import graph_hash
 from metainfer_core.predictor.features.plan_graph import describe
+from metainfer_core.predictor.model.path_memory import PLANNED_KEY
 
 
 def runtime_run(model: onnx.ModelProto, model_name: str, latencies_ms: list[float], label: str = "deployed",
                 peak_mem_bytes: int | None = None, predicted_ms: float | None = None,
-                predictor: str | None = None) -> PlanRun:
+                predictor: str | None = None, planned_peak_bytes: int | None = None) -> PlanRun:
+    """planned_peak_bytes: the liveness planner's peak for the plan, kept beside the measured one
+    (each path's MemoryFit learns from the pairs)."""
     if not latencies_ms or min(latencies_ms) <= 0:
         raise ValueError("latencies_ms needs at least one positive latency in milliseconds")
-    return PlanRun(model=model_name, plan_key=graph_hash(model), label=label, graph=describe(model),
+    graph = describe(model)
+    if planned_peak_bytes:
+        graph[PLANNED_KEY] = int(planned_peak_bytes)
+    return PlanRun(model=model_name, plan_key=graph_hash(model), label=label, graph=graph,
                    timing=Timing.from_samples(list(latencies_ms)), source="runtime", peak_mem_bytes=peak_mem_bytes,
                    predicted_ms=predicted_ms, predictor=predictor)
 
@@ -40,14 +46,16 @@ def record_verified_runs(library: FingerprintLibrary, backend, prepared, outcome
                          predictor_version: str) -> dict:
     """Write every verified plan's measured latency, with its prediction, back to the library
     as runtime runs (fine-tuning learns from them) and return the calibration ratio."""
-    pairs = [(prepared.model, outcome.default.latency_ms, verified.baseline, "default")]
-    pairs += [(c.model, c.latency_ms, v, v.label) for c, v in zip(verified.plans, verified.candidates)]
+    pairs = [(outcome.default, verified.baseline, "default")]
+    pairs += [(c, v, v.label) for c, v in zip(verified.plans, verified.candidates)]
     by_path: dict[ExecutionPath, list] = {}
-    for model, predicted, v, label in pairs:
+    for c, v, label in pairs:
         if v.ok and v.samples_ms:
-            by_path.setdefault(ExecutionPath.of(model), []).append(
-                runtime_run(model, prepared.name, v.samples_ms, f"verify:{label}", v.peak_mem_bytes,
-                            predicted if predicted == predicted else None, predictor_version))   # NaN: not predicted
+            predicted = c.latency_ms
+            by_path.setdefault(ExecutionPath.of(c.model), []).append(
+                runtime_run(c.model, prepared.name, v.samples_ms, f"verify:{label}", v.peak_mem_bytes,
+                            predicted if predicted == predicted else None, predictor_version,   # NaN: not predicted
+                            c.planned_peak_bytes))
     for path, runs in by_path.items():     # each path's runs under its own fingerprint version
         info = backend.info if path.is_default else backend.path_backend(path).info
         record_runtime(library, info, runs)
