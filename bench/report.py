@@ -375,7 +375,8 @@ def _cost_model(f: dict | None) -> list[str]:
     return ["", "## Cost model on these models (adapt's predictions vs its verify, bench/plan_predictions.py)", "",
             "Each model's first adapt of this run (the defaults; a fresh store had never seen that model: it "
             "held the models before it in the table, the learning curve); its default plan and every verified "
-            "plan that ran. Error: |predicted / measured - 1| of latency.", ""] + plan_predictions.markdown(f)
+            "plan that ran. Error: |predicted / measured - 1| of latency (per execution path also of peak memory, the "
+            "runtime's footprint included).", ""] + plan_predictions.markdown(f)
 
 
 def _predictor(p: dict | None) -> list[str]:
