@@ -42,22 +42,24 @@ def _error(pred, meas) -> float | None:
     return abs(pred / meas - 1) if pred and meas and pred > 0 and meas > 0 else None
 
 
-def plan_points(p: dict) -> list[tuple[str, float, float]]:
-    """(execution path, predicted ms, measured ms) of the default and every verified plan that ran."""
+def _points(p: dict, predicted: str, measured: str) -> list[tuple[str, float, float]]:
+    """(execution path, predicted, measured) of the default and every verified plan that ran, for
+    one figure (`predicted`: the plan's key, `measured`: the measurement's)."""
     base = p["baseline"]      # the unchanged model on the default path
-    pts = [("onnxruntime", base.get("predicted_latency_ms"), base.get("latency_ms"))]
-    pts += [(c.get("execution_path") or "onnxruntime", c.get("predicted_latency_ms"), (c.get("measured") or {}).get("latency_ms"))
+    pts = [("onnxruntime", base.get(predicted), base.get(measured))]
+    pts += [(c.get("execution_path") or "onnxruntime", c.get(predicted), (c.get("measured") or {}).get(measured))
             for c in p.get("candidates") or [] if not c.get("error")]
     return [(path, pr, me) for path, pr, me in pts if _error(pr, me) is not None]
 
 
+def plan_points(p: dict) -> list[tuple[str, float, float]]:
+    """Latency (ms) of the default and every verified plan that ran."""
+    return _points(p, "predicted_latency_ms", "latency_ms")
+
+
 def memory_points(p: dict) -> list[tuple[str, float, float]]:
-    """(execution path, predicted peak bytes, measured peak bytes) of the same plans."""
-    base = p["baseline"]
-    pts = [("onnxruntime", base.get("predicted_peak_mem_bytes"), base.get("peak_mem_bytes"))]
-    pts += [(c.get("execution_path") or "onnxruntime", c.get("predicted_peak_mem_bytes"),
-             (c.get("measured") or {}).get("peak_mem_bytes")) for c in p.get("candidates") or [] if not c.get("error")]
-    return [(path, pr, me) for path, pr, me in pts if _error(pr, me) is not None]
+    """Peak memory (bytes) of the same plans."""
+    return _points(p, "predicted_peak_mem_bytes", "peak_mem_bytes")
 
 
 def model_figures(p: dict, seen_before: int) -> dict:
