@@ -3,7 +3,13 @@ before the search. The predictor learns kernels; their sum can miss the whole mo
 factor (per-run overhead, kernels it never saw on a fresh store), the same factor for every
 plan of that graph family, so predictions are scaled by measured / predicted for the default:
 the default is predicted as measured and each plan keeps its predicted ratio to it (the ranking
-is unchanged, the absolute numbers the budget and the report use are the target's)."""
+is unchanged, the absolute numbers the budget and the report use are the target's).
+
+Timed as verify times (warm, interleaved rounds of one run each, the median), over about a
+second whatever the model's size: a fast model's rounds are single runs of tens of
+microseconds, and ten of them (the former cap) left the anchor a fifth off verify's timing of
+the very same graph, while a fresh session's first runs (allocator growth, threads starting)
+run slower than the later ones verify times."""
 from __future__ import annotations
 
 import time
@@ -12,19 +18,23 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.base import Backend
-from metainfer_core.backends.timing import interleaved, settle_runs
+from metainfer_core.backends.timing import interleaved, runs_per_sample, settle_runs
 
 TIMED_MS = 1000.0      # timed runs aim at about this much in all
-MAX_ROUNDS = 10
+WARM_MS = 100.0        # warm-up runs before them aim at this much...
+MIN_WARM = 3           # ...and are never fewer than this
+MIN_ROUNDS, MAX_ROUNDS = 3, 200
 
 
 def measured_default_ms(backend: Backend, model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> float:
-    """The default plan's median latency on `backend` (ms): one warm-up run, then a few timed
-    rounds (fewer for a slow model, at least 2)."""
+    """`model`'s median warm latency on `backend`'s default path (ms)."""
     compiled = backend.compile(model)
     t0 = time.perf_counter()
     compiled.run(feeds)
-    first_ms = (time.perf_counter() - t0) * 1e3
-    rounds = int(max(2, min(MAX_ROUNDS, TIMED_MS / max(first_ms, 1e-3))))
-    samples = interleaved([compiled], [feeds], rounds, settle_runs(backend))[0]
+    first_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+    warm = [compiled.time_once(feeds) for _ in range(max(MIN_WARM, int(WARM_MS / first_ms)))]
+    run_ms = max(float(np.median(warm)), 1e-3)
+    settle = settle_runs(backend)
+    rounds = int(max(MIN_ROUNDS, min(MAX_ROUNDS, TIMED_MS / (run_ms * runs_per_sample(run_ms, settle)))))
+    samples = interleaved([compiled], [feeds], rounds, settle)[0]
     return float(np.median(samples))

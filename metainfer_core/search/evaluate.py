@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Callable
 
 import numpy as np
+import onnx
 
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.accuracy.sensitivity import MAX_PROBES, Sensitivity
@@ -32,7 +33,7 @@ from metainfer_core.ir.memory import DEFAULT_STRATEGY, model_strategy, plan_memo
 from metainfer_core.predictor import CostModel
 from metainfer_core.predictor.model.path_memory import MemoryFit
 from metainfer_core.search.candidate import Candidate
-from metainfer_core.search.path_costs import PathCosts, graph_class
+from metainfer_core.search.path_costs import PathCosts, graph_class, unbound
 from metainfer_core.search.score import Weights, memory_base, violation
 
 
@@ -63,11 +64,14 @@ class Evaluator:
                  feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], lossy: set[str],
                  ctx: ActionContext | None = None, max_probes: int = MAX_PROBES, loss_fn: Callable = plan_loss,
                  paths: PathCosts | None = None, anchor_ms: float | None = None,
-                 memory: dict[ExecutionPath, MemoryFit] | None = None):
+                 memory: dict[ExecutionPath, MemoryFit] | None = None,
+                 timer: Callable[[onnx.ModelProto], float] | None = None):
         """anchor_ms: the default plan's latency measured on the target (search/anchor.py): every
         prediction is scaled by it over the default's prediction. memory: per execution path, the
-        fit from planned to measured peak (a path without one: as planned)."""
-        self.loss_fn, self.paths, self.memory = loss_fn, paths, memory or {}
+        fit from planned to measured peak (a path without one: as planned). timer: a graph's
+        latency on the default path (ms), measured; a lossy graph of a family nothing anchors yet
+        is timed with it (on a measured target)."""
+        self.loss_fn, self.paths, self.memory, self.timer = loss_fn, paths, memory or {}, timer
         self.anchor_ms, self.scale = anchor_ms, 1.0
         self.predicted_default_ms: float | None = None      # before the anchor scaled it
         self.cost_model, self.target, self.weights, self.max_loss = cost_model, target, weights, max_loss
@@ -83,6 +87,7 @@ class Evaluator:
         # per lossy graph family (PathCosts.family): its first timed graph's anchor, for the
         # family's graphs not timed themselves
         self.family_anchors: dict[tuple, float] = {}
+        self._untimed: set[tuple] = set()      # families the timer failed on (not tried again)
         self.base_latency = 1.0
         self.base_mem = 1
         self.base_score: float | None = None     # the default plan's (set_baseline)
@@ -143,8 +148,10 @@ class Evaluator:
             anchor, share = origin.graph_anchor, origin.float_share
         if anchor is None and whole is not None:
             anchor, share = self.float_layer_anchor(c, whole, latency)
-        if anchor is None and self.paths is not None:
+        if anchor is None:
             anchor = self.family_anchors.get(PathCosts.family(m))
+        if anchor is None and self.timer is not None and latency > 0 and any(s.kind in self.lossy for s in c.steps):
+            anchor = self._timed_anchor(m, graph_key, latency)
         c.graph_anchor = 1.0 if anchor is None else anchor
         c.float_share = share
         latency *= c.graph_anchor
@@ -212,7 +219,7 @@ class Evaluator:
 
     def measuring_s(self) -> float:
         """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
-        return self.precision_s() + (self.paths.seconds if self.paths is not None else 0.0)
+        return self.precision_s() + (self.paths.seconds if self.paths is not None else 0.0) + self.timings["anchors_s"]
 
     def precision_s(self) -> float:
         """Seconds spent so far measuring precisions: sensitivities and float-layer fits."""
@@ -265,13 +272,33 @@ class Evaluator:
             c.binding["path_error"] = cost.error
         return cost
 
+    def _timed_anchor(self, m, graph_key: str, predicted_ms: float) -> float | None:
+        """A lossy graph whose family nothing anchors yet, timed on the default path: measured
+        over predicted anchors it and its family. Left to the predictor, an outside quantizer's
+        int8 graph (scope all) was predicted 2.9x its measured latency, and so ranked out."""
+        family = PathCosts.family(m)
+        if family in self._untimed:
+            return None
+        t0 = time.perf_counter()
+        try:
+            anchor = self.timer(unbound(m)) / predicted_ms
+        except Exception:  # noqa: BLE001 - a graph the default path cannot run fails its own exact check
+            self._untimed.add(family)
+            return None
+        finally:
+            self.timings["anchors_s"] += time.perf_counter() - t0
+        self.timings["anchors_timed"] += 1
+        self.graph_anchors[graph_key] = anchor
+        self.family_anchors[family] = anchor
+        return anchor
+
     def set_baseline(self, default: Candidate) -> None:
         # the same default again (the stage sizes the search, then searches): its tables still hold
         if self.sensitivity is None or self.sensitivity.model is not default.model:
             self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                            self.loss_fn)
             self._float_costs = None
-            self.graph_anchors, self.family_anchors = {}, {}
+            self.graph_anchors, self.family_anchors, self._untimed = {}, {}, set()
             if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
                 self.paths.know(default.model, self.reference)
                 self.sensitivity.on_run = self.paths.know

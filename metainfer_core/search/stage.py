@@ -47,12 +47,13 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
     ctx = ActionContext(target=info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     # a measured target times the unchanged model once: the predictions' anchor (search/anchor.py)
-    anchor_ms = measured_default_ms(backend, prepared.model, prepared.feeds[0]) if info.measurement == "measured" \
-        else None
-    memory = memory_fits(s, backend) if info.measurement == "measured" else {}
+    measured = info.measurement == "measured"
+    anchor_ms = measured_default_ms(backend, prepared.model, prepared.feeds[0]) if measured else None
+    memory = memory_fits(s, backend) if measured else {}
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
-                          paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms, memory=memory)
+                          paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms, memory=memory,
+                          timer=(lambda m: measured_default_ms(backend, m, prepared.feeds[0])) if measured else None)
     default = Candidate(prepared.model)
     t_eval = time.perf_counter()
     evaluator.set_baseline(default)
@@ -114,7 +115,9 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                          {"search_timings": result.timings, "expected_search_s": expected_search_s, "warnings": findings,
                           "possible_saving_s": saving_s,
                           "anchor": {"measured_default_ms": anchor_ms, "predicted_default_ms": evaluator.predicted_default_ms,
-                                     "graphs": sorted(round(f, 4) for f in evaluator.graph_anchors.values())},
+                                     "graphs": sorted(round(f, 4) for f in evaluator.graph_anchors.values()),
+                                     "graphs_timed": int(evaluator.timings["anchors_timed"]),
+                                     "timing_s": round(evaluator.timings["anchors_s"], 2)},
                           "execution_paths": evaluator.paths.measured if evaluator.paths else {},
                           "memory": {p.label: f.as_dict() for p, f in memory.items()}})
 

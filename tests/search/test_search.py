@@ -565,17 +565,24 @@ ANCHORED = 3.0
 ONE_INT8 = {**INT8, "scope": ["compute"], "placement": ["inputs_outputs"]}
 
 
-def _scored_int8_search(models, space: dict, beam_width: int, depth: int):
+def _scored_int8_search(models, space: dict, beam_width: int, depth: int, timed: list | None = None):
     """A search on resnet_tiny with int8 kernels predicted 10x slow, anchored on the default timed
-    on the host, its paths measured: (evaluator, every candidate scored in order, backend, feeds)."""
+    on the host, its paths measured: (evaluator, every candidate scored in order, backend, feeds).
+    timed: where given, the evaluator times unanchored lossy graphs (as adapt's does) and each
+    graph it times is appended there."""
     from metainfer_core.search.anchor import measured_default_ms
     from metainfer_core.search.path_costs import PathCosts
 
     m, feeds, reference = models["resnet_tiny"]
     be = backend("cpu")
+
+    def timer(g):
+        timed.append(g)
+        return measured_default_ms(be, g, feeds[0])
+
     ev = Evaluator(_Priced(**INT8_SLOW), be.info, BALANCED, 0.01, feeds, reference, LOSSY,
                    paths=PathCosts(be, feeds, reference, evaluate_module.plan_loss),
-                   anchor_ms=measured_default_ms(be, m, feeds[0]))
+                   anchor_ms=measured_default_ms(be, m, feeds[0]), timer=None if timed is None else timer)
     scored, real = [], Evaluator.evaluate
 
     def keep(self, c, parent=None, origin=None, whole=None):
@@ -624,6 +631,27 @@ def test_a_graph_of_a_timed_family_takes_the_familys_anchor(models):
         (ev.family_anchors, ev.graph_anchors, [c.steps for c in int8])
     for c in int8:
         measured = measured_default_ms(be, c.model, feeds[0])     # on its own path
+        assert 1 / ANCHORED < c.latency_ms / measured < ANCHORED, (c.steps, c.latency_ms, measured)
+
+
+@pytest.mark.alone
+def test_a_lossy_graph_of_a_family_nothing_anchors_is_timed_on_the_default_path(models):
+    """int8 kernels predicted 10x slow and no other path to bind to, so no path measurement
+    times the int8 graphs: the first of their family is timed on the default path, once for the
+    family (two calibrations), and both are predicted within 3x of what they measure (10x off
+    without)."""
+    from metainfer_core.search.anchor import measured_default_ms
+    from metainfer_core.search.path_costs import PathCosts
+
+    space = {"int8": {**ONE_INT8, "float_layers": [0], "calibrate_method": ["MinMax", "Percentile"]}}
+    timed: list = []
+    ev, scored, be, feeds = _scored_int8_search(models, space, beam_width=4, depth=1, timed=timed)
+    int8 = [c for c in scored if c.steps and c.steps[0].kind == "int8"]
+    assert len({c.key for c in int8}) == 2, [c.steps for c in scored]
+    assert len(timed) == 1 and PathCosts.family(timed[0]) == PathCosts.family(int8[0].model), len(timed)
+    assert ev.timings["anchors_timed"] == 1 and ev.measuring_s() >= ev.timings["anchors_s"] > 0
+    for c in int8:
+        measured = measured_default_ms(be, c.model, feeds[0])
         assert 1 / ANCHORED < c.latency_ms / measured < ANCHORED, (c.steps, c.latency_ms, measured)
 
 
