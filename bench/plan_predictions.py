@@ -8,7 +8,9 @@ Per model: verified plans, Spearman between predicted and measured latency among
 or more), median and p90 of |predicted / measured - 1| over the plans, the default plan's
 error, and how many plans were off by more than 2x (adapt's warning). Then per execution path
 (onnxruntime, openvino:f32, ...) over all models, latency and peak memory (the runtime's
-footprint included: measured in a fresh process), and the mean Spearman.
+footprint included: measured in a fresh process), and the mean Spearman. Then the learning
+curve: the same figures over the models adapted with none, 1-3, 4-9 and 10 or more other
+models in the library.
 
     python -m bench.plan_predictions RUNS_DIR [--weights balanced]
 """
@@ -99,9 +101,32 @@ def figures(plans: list[dict]) -> dict:
     return {"models": models,
             "paths": {k: {"plans": len(v), **spread(v, ""), **spread(memory.get(k), "memory_")}
                       for k, v in sorted(by_path.items())},
+            "learning": learning_curve(models),
             "mean_spearman": float(np.mean(rhos)) if rhos else None,
             "median_err": float(np.median(every)) if every else None,
             "p90_err": float(np.percentile(every, 90)) if every else None}
+
+
+LIBRARY_SIZES = ((0, 0), (1, 3), (4, 9), (10, None))     # other models in the library before
+
+
+def learning_curve(models: list[dict]) -> list[dict]:
+    """Per band of LIBRARY_SIZES that holds models: {band, models, mean_spearman, median_err,
+    p90_err (over their plans), default_median_err}."""
+    out = []
+    for lo, hi in LIBRARY_SIZES:
+        ms = [m for m in models if m["seen_before"] >= lo and (hi is None or m["seen_before"] <= hi)]
+        if not ms:
+            continue
+        errs = [_error(pr, me) for m in ms for _, pr, me in m["points"]]
+        rhos = [m["spearman"] for m in ms if m["spearman"] is not None]
+        defaults = [m["default_err"] for m in ms if m["default_err"] is not None]
+        out.append({"band": f"{lo}" if hi == lo else f"{lo}+" if hi is None else f"{lo}-{hi}", "models": len(ms),
+                    "mean_spearman": float(np.mean(rhos)) if rhos else None,
+                    "median_err": float(np.median(errs)) if errs else None,
+                    "p90_err": float(np.percentile(errs, 90)) if errs else None,
+                    "default_median_err": float(np.median(defaults)) if defaults else None})
+    return out
 
 
 def _pct(x) -> str:
@@ -119,6 +144,11 @@ def markdown(f: dict) -> list[str]:
             "|---|---|---|---|---|---|"]
     out += [f"| {k} | {v['plans']} | {_pct(v['median_err'])} | {_pct(v['p90_err'])} | "
             f"{_pct(v.get('memory_median_err'))} | {_pct(v.get('memory_p90_err'))} |" for k, v in f["paths"].items()]
+    out += ["", "| other models in the library before | models | mean Spearman | median error | p90 error "
+                "| default's median error |", "|---|---|---|---|---|---|"]
+    out += [f"| {b['band']} | {b['models']} | {'–' if b['mean_spearman'] is None else format(b['mean_spearman'], '.2f')} "
+            f"| {_pct(b['median_err'])} | {_pct(b['p90_err'])} | {_pct(b['default_median_err'])} |"
+            for b in f.get("learning", [])]
     rho = f["mean_spearman"]
     out += ["", f"Mean Spearman {'–' if rho is None else format(rho, '.2f')}, median error {_pct(f['median_err'])}, "
                 f"p90 {_pct(f['p90_err'])}, {sum(m['off_2x'] > 0 for m in f['models'])} of {len(f['models'])} "

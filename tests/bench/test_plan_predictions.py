@@ -40,7 +40,10 @@ def test_figures_rank_and_size_the_plans_per_model_and_per_path():
     assert f["paths"]["openvino:f32"]["median_err"] == pytest.approx((0.5 / 5.5 + 0.25) / 2)
     assert f["mean_spearman"] == pytest.approx(0.75)
     assert f["paths"]["openvino:f32"]["memory_median_err"] == pytest.approx(0.5)        # 10 predicted, 20 measured
+    assert [(b["band"], b["models"]) for b in f["learning"]] == [("0", 1), ("1-3", 1)]      # the learning curve
+    assert f["learning"][1]["mean_spearman"] == pytest.approx(0.5) and f["learning"][1]["default_median_err"] == 0.5
     md = "\n".join(pp.markdown(f))
+    assert "| 1-3 | 1 | 0.50 | " in md
     assert "| bad | 1 | 3 | 0.50 | " in md and "1 of 2 models with a plan off by more than 2x" in md
 
 
