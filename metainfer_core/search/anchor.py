@@ -7,9 +7,9 @@ is unchanged, the absolute numbers the budget and the report use are the target'
 
 Timed as verify times (warm, interleaved rounds of one run each, the median), over about a
 second whatever the model's size: a fast model's rounds are single runs of tens of
-microseconds, and ten of them (the former cap) left the anchor a fifth off verify's timing of
-the very same graph, while a fresh session's first runs (allocator growth, threads starting)
-run slower than the later ones verify times."""
+microseconds, and ten of them (the former cap, a fraction of a millisecond in all) moved by a
+fifth between two timings of the same graph; a fresh session's first runs (allocator growth)
+are slower than the later ones verify times, so a few warm-up runs come first."""
 from __future__ import annotations
 
 import time

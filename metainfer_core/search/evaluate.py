@@ -218,7 +218,8 @@ class Evaluator:
         return best_case < self.base_score
 
     def measuring_s(self) -> float:
-        """Seconds spent so far measuring what candidates re-use: sensitivities and path costs."""
+        """Seconds spent so far measuring what candidates re-use: sensitivities, path costs and
+        graphs timed for their anchor."""
         return self.precision_s() + (self.paths.seconds if self.paths is not None else 0.0) + self.timings["anchors_s"]
 
     def precision_s(self) -> float:
