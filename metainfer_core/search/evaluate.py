@@ -149,9 +149,10 @@ class Evaluator:
         if anchor is None and whole is not None:
             anchor, share = self.float_layer_anchor(c, whole, latency)
         if anchor is None:
-            anchor = self.family_anchors.get(PathCosts.family(m))
-        if anchor is None and self.timer is not None and latency > 0 and any(s.kind in self.lossy for s in c.steps):
-            anchor = self._timed_anchor(m, graph_key, latency)
+            family = PathCosts.family(m)
+            anchor = self.family_anchors.get(family)
+            if anchor is None and self.timer is not None and latency > 0 and any(s.kind in self.lossy for s in c.steps):
+                anchor = self._timed_anchor(m, family, graph_key, latency)
         c.graph_anchor = 1.0 if anchor is None else anchor
         c.float_share = share
         latency *= c.graph_anchor
@@ -273,11 +274,10 @@ class Evaluator:
             c.binding["path_error"] = cost.error
         return cost
 
-    def _timed_anchor(self, m, graph_key: str, predicted_ms: float) -> float | None:
+    def _timed_anchor(self, m, family: tuple, graph_key: str, predicted_ms: float) -> float | None:
         """A lossy graph whose family nothing anchors yet, timed on the default path: measured
         over predicted anchors it and its family. Left to the predictor, an outside quantizer's
         int8 graph (scope all) was predicted 2.9x its measured latency, and so ranked out."""
-        family = PathCosts.family(m)
         if family in self._untimed:
             return None
         t0 = time.perf_counter()
