@@ -37,6 +37,20 @@ def scaled_reps(reps: int, warmup: int, run_ms: float) -> tuple[int, int]:
             max(0, min(warmup, int(WARMUP_BUDGET_MS / run_ms))))
 
 
+WARM_MS = 100.0        # a fresh session's warm-up runs aim at about this much...
+MIN_WARM = 3           # ...and are never fewer than this
+
+
+def warm_up(compiled: Compiled, feeds: dict[str, np.ndarray]) -> float:
+    """Runs a freshly compiled graph until it is warm; its median warm run (ms). A fresh
+    session's first runs (allocator growth) are slower than the later ones verify times."""
+    t0 = time.perf_counter()
+    compiled.run(feeds)
+    first_ms = max((time.perf_counter() - t0) * 1e3, 1e-3)
+    warm = [compiled.time_once(feeds) for _ in range(max(MIN_WARM, int(WARM_MS / first_ms)))]
+    return max(float(np.median(warm)), 1e-3)
+
+
 def settle_runs(backend: Backend) -> int:
     return SETTLE if backend.info.measurement == "measured" else 0
 

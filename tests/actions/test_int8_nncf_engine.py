@@ -36,7 +36,7 @@ def test_nncf_writes_openvinos_form_bound_to_openvino_and_marked():
     assert plan_loss(on_ort, [compiled.run(f) for f in feeds]) < OV_ROUNDING
     # its path ratio is measured apart from meta-infer's own form of the same op types
     ours, _ = apply("int8", m, OV_INT8, target="cpu")
-    assert PathCosts._key(ExecutionPath.of(out), out) != PathCosts._key(ExecutionPath.of(ours), ours)
+    assert PathCosts.key(ExecutionPath.of(out), out) != PathCosts.key(ExecutionPath.of(ours), ours)
 
 
 def test_float_layers_read_their_original_weights_and_nncf_runs_once_per_graph():

@@ -34,7 +34,7 @@ def test_onnxruntimes_quantizer_writes_the_qdq_form_on_the_default_path_and_mark
     # a kind of its own for the explorers, its path ratio measured apart from meta-infer's form
     ours, _ = apply("int8", m, OURS, target="cpu")
     ov = ExecutionPath("openvino", "f32")
-    assert PathCosts._key(ov, out) != PathCosts._key(ov, ours)
+    assert PathCosts.key(ov, out) != PathCosts.key(ov, ours)
     site = Site(("Conv_0",), "compute")
     assert _lossy_label(Step("int8", site, tuple(ORT_INT8.items()))) == "int8:onnxruntime:compute"
     assert _lossy_label(Step("int8", site, tuple(dict(ORT_INT8, scope="all").items()))) == "int8:onnxruntime"
