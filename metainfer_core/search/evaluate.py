@@ -297,18 +297,27 @@ class Evaluator:
         int8 graph (scope all) was predicted 2.9x its measured latency, and so ranked out."""
         if family in self._untimed:
             return None
+        measured = self._timed(unbound(m))
+        if measured is None:
+            self._untimed.add(family)
+            return None
+        anchor = measured / predicted_ms
+        self.graph_anchors[graph_key] = anchor
+        self.family_anchors[family] = anchor
+        return anchor
+
+    def _timed(self, m: onnx.ModelProto) -> float | None:
+        """`m`'s latency on the default path (the timer), counted as anchor timing; None where
+        the default path cannot run it (that graph fails its own exact check)."""
         t0 = time.perf_counter()
         try:
-            anchor = self.timer(unbound(m)) / predicted_ms
+            measured = self.timer(m)
         except Exception:  # noqa: BLE001 - a graph the default path cannot run fails its own exact check
-            self._untimed.add(family)
             return None
         finally:
             self.timings["anchors_s"] += time.perf_counter() - t0
         self.timings["anchors_timed"] += 1
-        self.graph_anchors[graph_key] = anchor
-        self.family_anchors[family] = anchor
-        return anchor
+        return measured
 
     def set_baseline(self, default: Candidate) -> None:
         # the same default again (the stage sizes the search, then searches): its tables still hold
@@ -437,14 +446,9 @@ class Evaluator:
 
     def _time_rewrite(self, c: Candidate) -> None:
         """`c` timed on the default path: its anchor and its rewrite gain become measured ones."""
-        t0 = time.perf_counter()
-        try:
-            measured = self.timer(c.model)
-        except Exception:  # noqa: BLE001 - a graph the default path cannot run fails its own exact check
+        measured = self._timed(c.model)
+        if measured is None:
             return
-        finally:
-            self.timings["anchors_s"] += time.perf_counter() - t0
-        self.timings["anchors_timed"] += 1
         anchor = measured / c.graph_latency_ms
         self.graph_anchors[c.key] = anchor
         c.rewrite_gain *= anchor / c.graph_anchor

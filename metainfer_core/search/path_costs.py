@@ -196,7 +196,7 @@ class PathCosts:
             known = self._known.get(digest)
             t_run = time.perf_counter()
             outputs = known if known is not None else [plain.run(f) for f in self.feeds]
-            run_ms = (time.perf_counter() - t_run) * 1e3 / len(self.feeds)
+            run_ms = (time.perf_counter() - t_run) * 1e3 / len(self.feeds)     # replaced below where known
             if known is not None or len(self.feeds) < MIN_WARM:
                 # else its first runs are its ratio's base: captcha's int8 graph, its outputs
                 # known, had its OpenVINO plans predicted at 0.57 of what they ran in
