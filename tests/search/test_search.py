@@ -1090,3 +1090,48 @@ def test_past_the_searchs_end_one_outside_quantizers_plan_is_still_checked_to_be
     out = _explorers({kind_of(c): c for c in (own, ort, nncf)}, [], SimpleNamespace(exact=checked), 4, float("inf"),
                      SearchResult(default=None, top=[]), end=0.0)
     assert out == [ort] and not nncf.accuracy_exact
+
+
+def test_a_fast_graph_gets_more_paired_rounds_a_slow_one_fewer_within_the_budget():
+    """Five pairs of a 3 ms graph left OpenVINO's f32 and bf16 ratios in the wrong order; cheap
+    rounds are added up to MAX_ROUNDS, a slow graph's stay within BUDGET_MS."""
+    from metainfer_core.backends.timing import SETTLE, runs_per_sample
+    from metainfer_core.search.path_costs import BUDGET_MS, MAX_ROUNDS, ROUNDS, paired_rounds
+
+    assert paired_rounds(0.05, SETTLE) == paired_rounds(3.0, SETTLE) == MAX_ROUNDS
+    assert ROUNDS <= paired_rounds(10.0, SETTLE) < MAX_ROUNDS
+    assert paired_rounds(30.0, SETTLE, least=2) < paired_rounds(30.0, SETTLE) == ROUNDS
+    for ms in (60.0, 400.0, 2000.0):
+        rounds = paired_rounds(ms, SETTLE)
+        assert rounds == 2 or rounds * ms * 2 * runs_per_sample(ms, SETTLE) <= BUDGET_MS, (ms, rounds)
+
+
+def test_an_exact_check_of_a_graph_a_path_was_measured_on_re_uses_its_outputs(models):
+    """Binding a class's first graph runs it on the path: its exact accuracy check re-uses those
+    outputs (compiling a QDQ graph on OpenVINO costs seconds) and finds the same loss."""
+    from metainfer_core.search.path_costs import PathCosts
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    if "openvino:f32" not in be.info.extra.get("execution_paths", []):
+        pytest.fail("the host offers no OpenVINO path (openvino is pinned in requirements.lock)")
+    ctx = ActionContext(target=be.info, calibration_feeds=feeds)
+    ov = {"runtime": "openvino", "precision": "f32"}
+    bound = ACTIONS["binding"].apply(m, Site((), "model"), ov, ctx)
+    compiled = []
+
+    class Counting:     # the host backend, its compiles counted
+        info = be.info
+
+        def compile(self, model):
+            compiled.append(model)
+            return be.compile(model)
+
+    paths = PathCosts(Counting(), feeds, reference, evaluate_module.plan_loss, rounds=2)
+    cost = paths.cost(bound)
+    n = len(compiled)
+    outputs = paths.run(bound)
+    assert len(compiled) == n
+    assert evaluate_module.plan_loss(reference, outputs) == pytest.approx(cost.added_loss, abs=1e-9)
+    fresh = PathCosts(be, feeds, reference, evaluate_module.plan_loss).run(bound)
+    assert all(np.allclose(a, b) for ra, rb in zip(outputs, fresh) for a, b in zip(ra, rb))
