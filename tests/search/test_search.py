@@ -1135,3 +1135,34 @@ def test_an_exact_check_of_a_graph_a_path_was_measured_on_re_uses_its_outputs(mo
     assert evaluate_module.plan_loss(reference, outputs) == pytest.approx(cost.added_loss, abs=1e-9)
     fresh = PathCosts(be, feeds, reference, evaluate_module.plan_loss).run(bound)
     assert all(np.allclose(a, b) for ra, rb in zip(outputs, fresh) for a, b in zip(ra, rb))
+
+
+def test_a_graph_bound_to_one_path_compiles_for_the_other_paths_beside_it(models):
+    """Measuring OpenVINO f32 on a graph compiles it for bf16 too, side by side: measuring bf16
+    next compiles nothing and finds what a PathCosts measuring bf16 alone finds."""
+    from metainfer_core.backends.paths import ExecutionPath
+    from metainfer_core.search.path_costs import PathCosts, rebound
+
+    m, feeds, reference = models["resnet_tiny"]
+    be = backend("cpu")
+    f32, bf16 = ExecutionPath("openvino", "f32"), ExecutionPath("openvino", "bf16")
+    if not {f32, bf16} <= set(be.paths):
+        pytest.skip("this CPU offers no OpenVINO bf16 path")
+    compiled = []
+
+    class Counting:     # the host backend, its compiles counted
+        info, paths = be.info, be.paths
+
+        def compile(self, model):
+            compiled.append(ExecutionPath.of(model))
+            return be.compile(model)
+
+    paths = PathCosts(Counting(), feeds, reference, evaluate_module.plan_loss, rounds=2)
+    paths.cost(rebound(m, f32))
+    assert f32 in compiled and bf16 in compiled
+    n = len(compiled)
+    there = paths.cost(rebound(m, bf16))
+    assert len(compiled) == n and there.error is None and there.ratio > 0
+    alone = PathCosts(be, feeds, reference, evaluate_module.plan_loss, rounds=2).cost(rebound(m, bf16))
+    assert there.added_loss == pytest.approx(alone.added_loss, abs=1e-6)
+    assert paths.run(rebound(m, bf16)) is not None and len(compiled) == n
