@@ -9,11 +9,9 @@ package installed, the CPU reporting the datapath). Whole-graph binding: both ru
 every op of an ONNX graph on this host."""
 from __future__ import annotations
 
-import json
 
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.backends.paths import PRECISIONS, RUNTIMES, ExecutionPath
-from metainfer_core.ir.directives import PATH_KEY, set_model_meta
 from metainfer_core.ir.graph_utils import clone
 
 
@@ -51,5 +49,5 @@ class Binding(Action):
 
     def apply(self, model, site, params, ctx):
         out = clone(model)
-        set_model_meta(out, PATH_KEY, json.dumps(self.path(params).as_dict()))
+        self.path(params).write_to(out)
         return out

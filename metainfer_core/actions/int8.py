@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from metainfer_core.actions.qdq.calibration import range_table
 from metainfer_core.actions.qdq.rewrite import ALL_OPS, COMPUTE_OPS, INPUTS_COMPUTE_OPS, INPUTS_ONLY_OPS, PLACEMENTS, quantize
-import json
 
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
 from metainfer_core.actions.binding import offered
@@ -19,7 +18,6 @@ from metainfer_core.actions.fp16 import is_float32_model
 from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
 from metainfer_core.actions.ort_engine import ORT, ort_quantize
 from metainfer_core.backends.paths import ExecutionPath
-from metainfer_core.ir.directives import PATH_KEY, set_model_meta
 
 
 OPENVINO_INT8_PATH = ExecutionPath("openvino", "f32")
@@ -131,5 +129,5 @@ class Int8(Action):
         if ExecutionPath.of(model).runtime != "openvino":
             # OpenVINO's form is a plan for OpenVINO (ONNX Runtime runs it in float); its float
             # remainder in f32 there, and `binding` may move it (bf16, or back)
-            set_model_meta(out, PATH_KEY, json.dumps(OPENVINO_INT8_PATH.as_dict()))
+            OPENVINO_INT8_PATH.write_to(out)
         return out

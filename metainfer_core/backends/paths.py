@@ -12,7 +12,7 @@ from typing import Any
 
 import onnx
 
-from metainfer_core.ir.directives import PATH_KEY, model_meta
+from metainfer_core.ir.directives import PATH_KEY, model_meta, set_model_meta
 
 RUNTIMES = ("onnxruntime", "openvino")
 PRECISIONS = ("f32", "bf16", "f16")
@@ -39,6 +39,10 @@ class ExecutionPath:
 
     def as_dict(self) -> dict[str, str]:
         return {"runtime": self.runtime, "precision": self.precision}
+
+    def write_to(self, model: onnx.ModelProto) -> None:
+        """Names this path in `model`'s metadata, in place (what `of` reads)."""
+        set_model_meta(model, PATH_KEY, json.dumps(self.as_dict()))
 
     @staticmethod
     def of(model: onnx.ModelProto) -> "ExecutionPath":

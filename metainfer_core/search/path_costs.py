@@ -16,7 +16,6 @@ and candidates bound to it are pruned with that reason."""
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from metainfer_core.actions.base import has_op, infos_of
 from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.timing import MIN_WARM, interleaved, runs_per_sample, settle_runs, warm_up
-from metainfer_core.ir.directives import INT8_ENGINE_KEY, PATH_KEY, model_meta, set_model_meta
+from metainfer_core.ir.directives import INT8_ENGINE_KEY, PATH_KEY, model_meta
 
 ROUNDS = 5             # paired rounds timing one (path, graph class), where BUDGET_MS allows...
 BUDGET_MS = 3000
@@ -102,7 +101,7 @@ def half_ops(model: onnx.ModelProto) -> tuple[str, ...]:
 def rebound(model: onnx.ModelProto, path: ExecutionPath) -> onnx.ModelProto:
     """`model` bound to `path` instead (as the binding action writes it)."""
     out = unbound(model)
-    set_model_meta(out, PATH_KEY, json.dumps(path.as_dict()))
+    path.write_to(out)
     return out
 
 
@@ -212,7 +211,8 @@ class PathCosts:
         graph to every path offered, one after the other, and OpenVINO compiles largely on one
         core: a CRNN's int8 graph took 8.4-9.0 s to compile for f32 then bf16, 5.6-5.8 s side by
         side); all are compiled before anything is timed."""
-        ready = self._ready.pop((_digest(unbound(model)), ExecutionPath.of(model)), None)
+        digest = _digest(unbound(model))
+        ready = self._ready.pop((digest, ExecutionPath.of(model)), None)
         if ready is not None:
             return ready
         others = [p for p in getattr(self.backend, "paths", ()) if not p.is_default
@@ -220,7 +220,6 @@ class PathCosts:
         with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
             futures = {p: pool.submit(self._compiled_and_run, rebound(model, p)) for p in others}
             out = self._compiled_and_run(model)
-        digest = _digest(unbound(model))
         for p, f in futures.items():
             if f.exception() is None:       # a failure is met again when that path is measured
                 if len(self._ready) >= READY_KEPT:
