@@ -9,7 +9,6 @@ package installed, the CPU reporting the datapath). Whole-graph binding: both ru
 every op of an ONNX graph on this host."""
 from __future__ import annotations
 
-
 from metainfer_core.actions.base import Action, Param, Site
 from metainfer_core.backends.paths import PRECISIONS, RUNTIMES, ExecutionPath
 from metainfer_core.ir.graph_utils import clone

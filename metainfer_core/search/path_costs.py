@@ -121,7 +121,7 @@ class PathCosts:
         self._costs: dict[tuple[ExecutionPath, str, tuple[str, ...]], PathCost] = {}
         self._plain: dict[str, tuple] = {}     # unbound graph digest -> (compiled, its loss, ms per run)
         self._known: dict[str, list] = {}      # graph digest -> its outputs on the default path, known already
-        self._outputs: dict[str, list] = {}    # bound graph digest -> its validation outputs on its path
+        self._outputs: dict[tuple, list] = {}  # (unbound digest, path) -> its validation outputs on the path
         self._ready: dict[tuple, tuple] = {}   # (unbound digest, path) -> (compiled, outputs) ahead of its turn
         self.seconds = 0.0
 
@@ -139,7 +139,7 @@ class PathCosts:
     def run(self, model: onnx.ModelProto) -> list[list[np.ndarray]]:
         """The validation outputs of `model` on its own path (those of a graph this measured
         re-used: compiling a QDQ graph on OpenVINO takes 1-4 s on a CRNN, the runs milliseconds)."""
-        outputs = self._outputs.get(_digest(model))
+        outputs = self._outputs.get((_digest(unbound(model)), ExecutionPath.of(model)))
         if outputs is None:
             c = self.backend.compile(model)
             outputs = [c.run(f) for f in self.feeds]
@@ -182,13 +182,13 @@ class PathCosts:
         t0 = time.perf_counter()
         plain = None
         try:
-            plain, plain_loss, run_ms = self._on_default_path(unbound(model))
+            graph = unbound(model)
+            digest = _digest(graph)     # the graph's, whatever the path (once: a large graph's bytes)
+            plain, plain_loss, run_ms = self._on_default_path(graph, digest)
             settle = settle_runs(self.backend)
             rounds = paired_rounds(run_ms, settle, self.rounds)
-            bound, outputs = self._bound(model)
-            if len(self._outputs) >= BOUND_KEPT:
-                self._outputs.pop(next(iter(self._outputs)))
-            self._outputs[_digest(model)] = outputs
+            bound, outputs = self._bound(model, digest)
+            _keep(self._outputs, (digest, ExecutionPath.of(model)), outputs, BOUND_KEPT)
             added = self.loss_fn(self.reference, outputs) - plain_loss
             base, there = interleaved([plain, bound], [self.feeds[0]] * 2, rounds, settle)
         except Exception as exc:  # noqa: BLE001 - a path that cannot run this graph prunes its candidates only
@@ -205,13 +205,12 @@ class PathCosts:
         ratio = float(np.median(np.asarray(there) / np.maximum(np.asarray(base), 1e-9)))
         return PathCost(ratio, max(0.0, float(added)), None, spent, float(np.median(base)))
 
-    def _bound(self, model: onnx.ModelProto) -> tuple:
+    def _bound(self, model: onnx.ModelProto, digest: str) -> tuple:
         """`model` compiled on its path and its validation outputs there. The same graph bound to
         each other path not yet measured for its class compiles beside it (the search binds a
         graph to every path offered, one after the other, and OpenVINO compiles largely on one
         core: a CRNN's int8 graph took 8.4-9.0 s to compile for f32 then bf16, 5.6-5.8 s side by
-        side); all are compiled before anything is timed."""
-        digest = _digest(unbound(model))
+        side); all are compiled before anything is timed. digest: the unbound graph's."""
         ready = self._ready.pop((digest, ExecutionPath.of(model)), None)
         if ready is not None:
             return ready
@@ -222,20 +221,17 @@ class PathCosts:
             out = self._compiled_and_run(model)
         for p, f in futures.items():
             if f.exception() is None:       # a failure is met again when that path is measured
-                if len(self._ready) >= READY_KEPT:
-                    self._ready.pop(next(iter(self._ready)))
-                self._ready[(digest, p)] = f.result()
+                _keep(self._ready, (digest, p), f.result(), READY_KEPT)
         return out
 
     def _compiled_and_run(self, model: onnx.ModelProto) -> tuple:
         compiled = self.backend.compile(model)
         return compiled, [compiled.run(f) for f in self.feeds]
 
-    def _on_default_path(self, model: onnx.ModelProto) -> tuple:
+    def _on_default_path(self, model: onnx.ModelProto, digest: str) -> tuple:
         """The graph compiled on the default path, its loss on the validation inputs and its ms
         per run; kept per graph, since each path the search binds one graph to is timed against
-        the same plain graph (a 0.5 s model's validation runs are seconds)."""
-        digest = _digest(model)
+        the same plain graph (a 0.5 s model's validation runs are seconds). digest: `model`'s."""
         if digest not in self._plain:
             plain = self.backend.compile(model)
             known = self._known.get(digest)
@@ -246,9 +242,7 @@ class PathCosts:
                 # else its first runs are its ratio's base: captcha's int8 graph, its outputs
                 # known, had its OpenVINO plans predicted at 0.57 of what they ran in
                 run_ms = warm_up(plain, self.feeds[0])
-            if len(self._plain) >= PLAIN_KEPT:
-                self._plain.pop(next(iter(self._plain)))
-            self._plain[digest] = (plain, self.loss_fn(self.reference, outputs), run_ms)
+            _keep(self._plain, digest, (plain, self.loss_fn(self.reference, outputs), run_ms), PLAIN_KEPT)
         return self._plain[digest]
 
 
@@ -257,6 +251,13 @@ def paired_rounds(run_ms: float, settle: int, least: int = ROUNDS) -> int:
     to ~10 %, not verify's precision), a fast one more, while they are cheap."""
     pair_ms = max(run_ms * 2 * runs_per_sample(run_ms, settle), 1e-3)
     return max(2, min(int(BUDGET_MS / pair_ms), max(least, min(MAX_ROUNDS, int(CHEAP_MS / pair_ms)))))
+
+
+def _keep(kept: dict, key, value, most: int) -> None:
+    """`kept[key] = value`, the oldest entry dropped first where `most` are kept already."""
+    if key not in kept and len(kept) >= most:
+        kept.pop(next(iter(kept)))
+    kept[key] = value
 
 
 def _digest(model: onnx.ModelProto) -> str:
