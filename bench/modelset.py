@@ -14,9 +14,15 @@ bench_model() is one model's whole bench: flows/adapt.py as a user runs it (benc
 a timeout; the defaults, then once more under weights=latency), the row of each plan.json
 (model_row, what bench/report.py renders), then its peers and both of meta-infer's plans timed
 together on the inputs the adapts got (ort_baselines.compare_run) and its work for the roofline.
+Right after the first adapt (the defaults), while its run folder exists and before anything else
+is timed, the clean check (bench/clean_check.py, issue 47): its plan and default.onnx alone in a
+fresh process, alternating, against plan.json's claims (the row's `clean`); with `twice`, the
+same adapt once more into that fresh artifacts folder, its clean check and whether both adapts
+chose the same plan (the row's `twice`).
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -26,7 +32,7 @@ from typing import Callable
 
 import onnx
 
-from bench import corpus, ort_baselines, roofline
+from bench import clean_check, corpus, ort_baselines, roofline
 from bench.adapt_run import adapt
 from bench.peers import short
 
@@ -173,17 +179,57 @@ def _adapt_row(entry: Entry, overrides: list[str], on_line, timeout, client) -> 
     return row | model_row(r["plan"], r["plan_path"], client), r["plan_path"].parent
 
 
+def with_artifacts(overrides: list[str], folder: Path) -> list[str]:
+    """`overrides` writing under `folder`: any paths.artifacts= of theirs replaced."""
+    return [x for x in overrides if not x.lstrip("+").startswith("paths.artifacts=")] + [f"paths.artifacts={folder}"]
+
+
+def _clean(folder: Path, entry: Entry, rounds: int, seed: int, say) -> dict:
+    if say:
+        say(f"  {entry.key}: clean check of {folder.name} (its plan and default.onnx alone in a fresh process, "
+            f"{rounds} alternating rounds)")
+    return clean_check.clean_check(folder, rounds=rounds, feeds=entry.npz, seed=seed)
+
+
+def second_adapt(entry: Entry, overrides: list[str], artifacts: Path, first: Path, clean_first: dict | None,
+                 on_line=None, timeout: float | None = None, clean_rounds: int = clean_check.ROUNDS, seed: int = 0,
+                 say: Callable[[str], None] | None = None) -> dict:
+    """The same adapt once more into the fresh `artifacts` folder (nothing shared with the first:
+    no fingerprint library, no predictor): {rc, adapt_s, decision, actions, execution_path,
+    run_folder, clean (its clean check), agree (the same plan as the `first` run folder's: both
+    kept the default, or the same actions on the same execution path), within_noise (both clean
+    paired ratios' bootstrap intervals overlap), decisions, clean_speedups}, or {rc, adapt_s, error}."""
+    if say:
+        say(f"  {entry.key}: adapt again with the same overrides into a fresh folder")
+    r = adapt([*entry.args, *with_artifacts(overrides, artifacts)], on_line, timeout)
+    out = {"rc": r["rc"], "adapt_s": r["wall_s"]}
+    if r["plan"] is None:
+        return out | {"error": r["error"]}
+    p, folder = r["plan"], r["plan_path"].parent
+    out |= {"decision": p["decision"], "actions": [a["kind"] for a in p["actions"]],
+            "execution_path": (p.get("execution_path") or {}).get("label"), "run_folder": str(folder)}
+    out["clean"] = _clean(folder, entry, clean_rounds, seed, say)
+    try:
+        mine = json.loads((first / "plan.json").read_text())
+    except (OSError, ValueError) as exc:
+        return out | {"compare_error": f"the first run's plan.json: {short(exc)}"}
+    return out | clean_check.compare_twice(mine, p, clean_first, out["clean"])
+
+
 def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: float | None = None,
                 on_line: Callable[[str], None] | None = None, peers: bool = True, client=None,
                 samples: int = SAMPLES, seed: int = 0, say: Callable[[str], None] | None = None,
-                latency: bool = True) -> dict:
+                latency: bool = True, clean: bool = True, clean_rounds: int = clean_check.ROUNDS,
+                twice: Path | None = None) -> dict:
     """Adapt `entry` with `overrides` (what a user runs: the defaults, weights=balanced, unless the
     overrides say otherwise) and, with `latency`, once more under weights=latency (the `latency`
     sub-row, same figures, or its error); then (with `peers`) time the peers beside both plans
     (`meta_infer`, `meta_infer_latency`) on the adapt's inputs (`rounds` interleaved rounds) and
     take the roofline work. Returns the report row: {name, source, inputs, rc, adapt_s} plus
     model_row's figures of the first adapt, latency, compare / samples / peers_s (or
-    compare_error), plan_is_default and work; a failed or timed-out first adapt (or an unfetched
+    compare_error), plan_is_default and work, with `clean` the first adapt's clean check
+    (clean_check.clean_check, `clean_rounds` rounds, right after it) and with `twice` (a fresh
+    artifacts folder) second_adapt's row; a failed or timed-out first adapt (or an unfetched
     model) gives {name, source, inputs, rc, adapt_s, error: the error paragraph}."""
     row = {"name": entry.key, "source": entry.source, "inputs": entry.inputs}
     if entry.error:
@@ -193,6 +239,11 @@ def bench_model(entry: Entry, overrides: list[str], rounds: int = 50, timeout: f
     if folder is None:
         return row
     row["plan_is_default"] = ort_baselines.is_default(folder)
+    if clean or twice is not None:      # before anything else is timed, while the run folder exists
+        row["clean"] = _clean(folder, entry, clean_rounds, seed, say)
+    if twice is not None:
+        row["twice"] = second_adapt(entry, overrides, twice, folder, row["clean"], on_line, timeout, clean_rounds,
+                                    seed, say)
     plans = {}
     second = latency_overrides(overrides) if latency else None
     if second is not None:

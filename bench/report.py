@@ -6,6 +6,7 @@ import math
 import re
 
 from bench import plan_predictions
+from bench.clean_check import DEFAULT_WITHIN, HOLDS, LOSSY_MIN
 from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS, PLANS
 from metainfer_core.plan.report import search_text
 
@@ -81,6 +82,114 @@ def adapt_table(models: list[dict], links: bool = True) -> list[str]:
                                                          str(m.get("mlflow_check", "–"))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
+
+
+def _yn(v) -> str:
+    return "–" if v is None else "yes" if v else "**no**"
+
+
+def _plan_cell(c: dict) -> str:
+    """The chosen plan in a few words: its execution path and actions, lossy or not."""
+    if not c.get("adopted"):
+        return "default kept"
+    acts = ", ".join(a for a in c.get("actions") or [] if a) or "-"
+    loss = c.get("accuracy_loss")
+    return (f"{c.get('execution_path') or '–'}: {acts}"
+            + (f" (lossy, {loss:.1e})" if c.get("lossy") and loss is not None else " (lossless)"))
+
+
+def clean_summary(models: list[dict]) -> dict:
+    """The clean check over the rows (issue 47): {adopted (adopted plans checked), holds (of them,
+    clean speed-up within 3 % of the claim), lossy, lossy_under (lossy adopted plans under 1.03x
+    clean), checked (runs whose default was timed), defaults_within (plan.json's default within
+    10 % of the clean one), errors (checks that failed)}."""
+    cs = [m["clean"] for m in models if not m.get("error") and m.get("clean")]
+    ok = [c for c in cs if not c.get("error")]
+    adopted = [c for c in ok if c.get("adopted")]
+    return {"adopted": len(adopted), "holds": sum(1 for c in adopted if c.get("holds")),
+            "lossy": sum(1 for c in adopted if c.get("lossy")),
+            "lossy_under": sum(1 for c in adopted if c.get("lossy") and c.get("lossy_ok") is False),
+            "checked": len(ok), "defaults_within": sum(1 for c in ok if c.get("default_holds")),
+            "errors": len(cs) - len(ok)}
+
+
+def clean_line(models: list[dict]) -> str:
+    s = clean_summary(models)
+    return (f"**{s['holds']} of {s['adopted']} adopted plans hold within {HOLDS:.0%}** (clean speed-up against "
+            f"plan.json's claim); lossy plans adopted under {LOSSY_MIN:g}x clean: {s['lossy_under']} (of "
+            f"{s['lossy']} lossy); plan.json's default within {DEFAULT_WITHIN:.0%} of the clean one: "
+            f"{s['defaults_within']} of {s['checked']}" + (f"; {s['errors']} checks failed" if s["errors"] else ""))
+
+
+def clean_table(models: list[dict]) -> list[str]:
+    """Claimed vs clean (bench/clean_check.py): per model, plan.json's speed-up and default
+    latency against the same plan and default.onnx timed alone in a fresh process, alternating;
+    a summary line last."""
+    head = ["model", "decision", "plan", "claimed speed-up", "clean speed-up", "clean paired ratio [5 %, 95 %]",
+            f"holds within {HOLDS:.0%}", f"lossy: clean >= {LOSSY_MIN:g}x", "plan.json default ms",
+            "clean default ms", "default error"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in models:
+        c = m.get("clean")
+        if m.get("error"):
+            cells = [m["name"], _failed(m)] + [""] * (len(head) - 2)
+        elif not c:
+            cells = [m["name"], m.get("decision", "–"), "not checked"] + [""] * (len(head) - 3)
+        elif c.get("error"):
+            cells = [m["name"], c.get("decision") or "–", _plan_cell(c), _x(c.get("claimed_speedup")),
+                     f"check failed: {first_line(c['error'], 100)}"] + [""] * (len(head) - 5)
+        else:
+            err = c.get("default_error")
+            cells = [m["name"], c["decision"], _plan_cell(c), _x(c.get("claimed_speedup")),
+                     f"**{_x(c.get('speedup'))}**",
+                     f"{_f(c.get('paired_ratio'), '.3f')} [{_f(c.get('ratio_low'), '.3f')}, "
+                     f"{_f(c.get('ratio_high'), '.3f')}]",
+                     _yn(c.get("holds")), _yn(c.get("lossy_ok")), _f(c.get("claimed_default_ms"), ".4g"),
+                     _f(c.get("default_ms"), ".4g"),
+                     "–" if err is None else f"{err:+.1%}" + ("" if c.get("default_holds") else " **over**")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + ["", clean_line(models)]
+
+
+def twice_summary(models: list[dict]) -> dict:
+    """Two adapts of each model (adapt_corpus --twice): {compared, agree, disagree: [(name, both
+    clean speed-ups, within noise)]}; a model either adapt of which failed is not compared."""
+    rows = [m for m in models if not m.get("error") and m.get("twice") and "agree" in m["twice"]]
+    bad = [(m["name"], m["twice"].get("clean_speedups"), m["twice"].get("within_noise"))
+           for m in rows if not m["twice"]["agree"]]
+    return {"compared": len(rows), "agree": len(rows) - len(bad), "disagree": bad,
+            "failed": sum(1 for m in models if m.get("twice") and "agree" not in m["twice"])}
+
+
+def twice_line(models: list[dict]) -> str:
+    s = twice_summary(models)
+    noise = sum(1 for _, _, w in s["disagree"] if w)
+    return (f"**two adapts agree: {s['agree']} of {s['compared']}**" + (
+        f"; of the {len(s['disagree'])} that disagree, {noise} differ by less than the noise bound (the clean "
+        "paired ratios' bootstrap intervals overlap)" if s["disagree"] else "")
+            + (f"; {s['failed']} second adapts failed" if s["failed"] else ""))
+
+
+def twice_table(models: list[dict]) -> list[str]:
+    """Two adapts of each model into fresh folders: each one's decision and plan, whether they
+    agree (both kept the default, or the same actions on the same execution path), both clean
+    speed-ups and whether those are equal within noise; a summary line last."""
+    head = ["model", "first: decision, plan", "second: decision, plan", "agree", "clean speed-ups (first / second)",
+            "within noise"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in models:
+        t = m.get("twice")
+        if m.get("error") or not t:
+            continue
+        first = f"{m['decision']}, {_plan_cell(m.get('clean') or {'adopted': m['decision'] == 'adapted'})}"
+        if t.get("error"):
+            lines.append(f"| {m['name']} | {first} | {_failed(t)}: {first_line(t['error'], 80)} | – | | |")
+            continue
+        second = f"{t['decision']}, {_plan_cell(t.get('clean') or {'adopted': t['decision'] == 'adapted'})}"
+        sp = t.get("clean_speedups") or [None, None]
+        lines.append(f"| {m['name']} | {first} | {second} | {_yn(t.get('agree'))} | {_x(sp[0])} / {_x(sp[1])} "
+                     f"| {_yn(t.get('within_noise'))} |")
+    return lines + ["", twice_line(models)]
 
 
 def latency_cell(m: dict) -> str:
@@ -309,6 +418,18 @@ def markdown(results: dict) -> str:
               "`timings`; `mlflow` says whether the MLflow run holds the same figures. A model whose adapt failed "
               "or timed out says so; its error paragraph is under *Failures*.", ""]
     lines += adapt_table(results["models"])
+    if any(m.get("clean") for m in results["models"]):
+        lines += ["", "## Claimed vs clean", "",
+                  "Each adapt's plan (its run folder through `load_plan`) and its `default.onnx` (ONNX Runtime with "
+                  "the target's default settings) timed again alone in a fresh process right after the adapt "
+                  "(bench/clean_check.py), warm, alternating, on the first input the adapt got; the clean speed-up "
+                  "is the default's median over the plan's, against plan.json's claim (verify's figures). An adopted "
+                  f"plan holds when the two are within {HOLDS:.0%}; a lossy one (accuracy loss > 1e-4) should be "
+                  f"adopted only at {LOSSY_MIN:g}x clean or more; a kept default times the default against "
+                  "itself (its paired ratio is the noise floor).", ""]
+        lines += clean_table(results["models"])
+    if any(m.get("twice") for m in results["models"]):
+        lines += ["", "## Two adapts of each model", ""] + twice_table(results["models"])
     lines += ["", "## Against what a user would try instead", "",
               "Per model, in one interleaved timing run with verify's method (bench/ort_baselines.py compare(), the "
               f"peers in bench/peers.py; {results['options'].get('compare_runs')} timed runs each, every one after "

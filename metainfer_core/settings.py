@@ -173,13 +173,15 @@ class VerifySettings(Strict):
 
 class DataSettings(Strict):
     inputs: str | None = None
+    validation: str | None = None   # .npz like inputs: the samples that judge accuracy (default: every 3rd of inputs)
     labels_key: str = "labels"      # array in the .npz holding one label per sample, if any
 
-    @field_validator("inputs")
+    @field_validator("inputs", "validation")
     @classmethod
-    def _exists(cls, path: str | None) -> str | None:
+    def _exists(cls, path: str | None, info) -> str | None:
         if path is not None and not Path(path).is_file():
-            raise ValueError(f"data.inputs={path} does not exist; give an .npz with one array per model input")
+            raise ValueError(f"data.{info.field_name}={path} does not exist; give an .npz with one array per model "
+                             "input")
         if path is not None:    # before a run starts: its file type, dtypes, values and sample count
             from metainfer_core.normalize.inputs import samples_problem
 

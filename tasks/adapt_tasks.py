@@ -35,6 +35,7 @@ from metainfer_core.predictor.stage import train_stage
 from metainfer_core.prepare.stage import Prepared, prepare_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
+from metainfer_core.verify.worker import time_pair_isolated
 from tasks.progress import run_log, say as _progress
 from tasks.settings import RunSettings, validate_settings
 
@@ -99,12 +100,19 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
     """Decide, then stage the run folder (chosen model, plan.json, plan.md, feature map); the flow
     commits it once tracking has it."""
     s, backend = run.s, run.backend
-    decision, chosen = decide_stage(s, backend, outcome, verified)
+    measured_here = backend.info.measurement == "measured" and remote is None    # the device is this host
+    decision, chosen = decide_stage(s, backend, outcome, verified, prepared.model, prepared.feeds[0],
+                                    time_pair_isolated if measured_here else None)
+    for c in decision.confirmations:
+        _progress(f"confirm: {c.label} alone with the default: {c.words()}: "
+                  + ("pays" if c.pays else "does not pay"))
     _progress(f"decision: {decision.decision}: {decision.reason}")
     calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
                                        verified, cost_model.meta.fingerprint_version)
     chosen_model = chosen.model if chosen is not None else prepared.model
     timings = dict(timings, compile_s=sum(v.compile_s for v in [verified.baseline] + verified.candidates))
+    if decision.confirmations:
+        timings["confirm_s"] = sum(c.seconds for c in decision.confirmations)
     timings["total_s"] = budget.elapsed()
     return stage_run(s.artifacts, run_name, prepared, chosen_model, lambda artifact: build_plan(
         settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,

@@ -19,7 +19,6 @@ from metainfer_core.backends import backend_for
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.verify import mailbox
-from metainfer_core.verify import Verified
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from tasks.progress import say as _progress
 from tasks.settings import RunSettings, validate_settings
@@ -88,7 +87,7 @@ def remote_measure(s: RunSettings, raw: dict, record: dict):
     lib = FingerprintLibrary(s.tracking.fingerprint_db)
     local_version = backend_for(s).info.fingerprint_version
 
-    def measure(backend, models, feeds, reference, runs, warmup, loss_fn, time_left_s=None) -> list[Verified]:
+    def measure(backend, models, feeds, runs, warmup, time_left_s=None) -> mailbox.VerifyResult:
         # time_left_s is not sent: the target's host times the planned rounds (its queue wait is not ours to cut)
         request_id = mailbox.put_request(lib, s.target.name, models, feeds, runs, warmup)
         try:
@@ -112,7 +111,7 @@ def remote_measure(s: RunSettings, raw: dict, record: dict):
                            "request_id": request_id, "waited_s": round(waited, 3), **result.worker})
             _progress(f"verify: measured by flow run {flow_run.name} on work pool {flow_run.work_pool_name} "
                       f"(host {result.worker.get('hostname')}) in {waited:.1f}s")
-            return mailbox.with_accuracy(result, reference, loss_fn)
+            return result
         finally:
             mailbox.delete_request(lib, request_id)
 

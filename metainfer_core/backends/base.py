@@ -36,7 +36,11 @@ class TargetInfo:
 
     @property
     def fingerprint_version(self) -> str:
-        """Changes whenever firmware, driver or runtime change: a new library version."""
+        """`<name>-<10 hex>`: a hash of name, firmware, driver and runtime, so any change to them is a
+        new library version. On a measured CPU target the firmware is the host CPU's identity
+        (cpu_features: vendor, family, model, model name and the instruction-set extensions that
+        change kernel choice), so CPUs sharing a model name but not an ISA keep apart; a modeled
+        target's firmware is its spec's."""
         tag = f"{self.name}|{self.firmware}|{self.driver}|{self.runtime}"
         return f"{self.name}-{hashlib.sha1(tag.encode()).hexdigest()[:10]}"
 

@@ -15,6 +15,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from metainfer_core.backends import cpu_features
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.backends.timing import scaled_reps
@@ -50,16 +51,6 @@ def node_durations(events: list[dict[str, Any]]) -> tuple[dict[str, list[float]]
     return per, ops
 
 
-def _cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown-cpu"
-
-
 class OrtSession(Compiled):
     def __init__(self, backend: "OrtBackend", model: onnx.ModelProto):
         self._bytes = model.SerializeToString()
@@ -91,7 +82,7 @@ class OrtBackend(Backend):
     def info(self) -> TargetInfo:
         s = self.spec
         return TargetInfo(
-            name=self.name, measurement=self.measurement, firmware=_cpu_name(),
+            name=self.name, measurement=self.measurement, firmware=cpu_features.cpu_firmware(),
             driver=f"providers={','.join(self.providers)};threads={s.get('intra_op_threads', 0)};"
                    f"opt={s.get('graph_optimization_level', 'ORT_ENABLE_ALL')}",
             runtime=f"onnxruntime-{ort.__version__}", memory_limit_bytes=int(s["memory_limit_bytes"]),

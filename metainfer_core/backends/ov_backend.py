@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from metainfer_core.backends import cpu_features
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.backends.timing import scaled_reps
@@ -145,6 +146,15 @@ class OvModelCompiled(OvCompiled):
         raise NotImplementedError("per-node times are profiled on an ONNX model; this one is in OpenVINO's form only")
 
 
+def ov_firmware(device: str) -> str:
+    """The host CPU's identity (as on the ONNX Runtime path: vendor, family, model, kernel-relevant
+    extensions), with the plugin's device name where it reads otherwise than the CPU's model name;
+    the plugin's capability list (which separates bf16 only) stays in the driver string."""
+    cpu = cpu_features.host_cpu()
+    tag = cpu.tag if not device or device.strip() == cpu.name else f"{cpu.tag} ov=\"{device.strip()}\""
+    return tag[:256]
+
+
 class OpenVinoBackend(Backend):
     @property
     def precision(self) -> str:
@@ -163,11 +173,11 @@ class OpenVinoBackend(Backend):
         import openvino as ov
 
         core = ov_core()
-        device = core.get_property("CPU", "FULL_DEVICE_NAME")
         caps = ",".join(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
         s = self.spec
         return TargetInfo(
-            name=self.name, measurement=self.measurement, firmware=device,
+            name=self.name, measurement=self.measurement,
+            firmware=ov_firmware(core.get_property("CPU", "FULL_DEVICE_NAME")),
             driver=f"plugin=CPU;caps={caps};threads={s.get('intra_op_threads', 1)};precision={self.precision};"
                    f"hint={s.get('performance_hint', 'LATENCY')}",
             runtime=f"openvino-{ov.__version__.split('-')[0]}", memory_limit_bytes=int(s["memory_limit_bytes"]),

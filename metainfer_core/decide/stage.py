@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
 import onnx
 
+from metainfer_core.decide.confirm import Confirmation, PairTimer, confirm
+from metainfer_core.decide.noise import MIN_GAIN, ratio_bounds
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
 from metainfer_core.ir.tensors import tensor_infos
@@ -38,20 +39,7 @@ if TYPE_CHECKING:
     from metainfer_core.settings import Settings
     from metainfer_core.verify.stage import VerifyOutcome
 
-# never trust a latency gain below 3 %, whatever one verify's statistics say: two sessions of the same
-# graph created at different times run up to ~3 % apart, so a smaller gain does not carry to a deployment
-MIN_GAIN = 0.03
 MIN_MEM_GAIN = 0.05  # a memory-driven plan must save at least 5 % of peak memory
-BOOTSTRAP = 400
-
-
-def ratio_bounds(base: list[float], cand: list[float], seed: int = 0) -> tuple[float, float, float]:
-    """(median, 5th, 95th percentile bootstrap bounds) of the median of the paired ratios cand/base."""
-    n = min(len(base), len(cand))
-    ratios = np.asarray(cand[:n]) / np.maximum(np.asarray(base[:n]), 1e-12)
-    rng = np.random.default_rng(seed)
-    medians = np.median(ratios[rng.integers(0, n, size=(BOOTSTRAP, n))], axis=1)
-    return float(np.median(ratios)), float(np.percentile(medians, 5)), float(np.percentile(medians, 95))
 
 
 @dataclass
@@ -60,13 +48,17 @@ class Decision:
     reason: str
     chosen: int | None       # index into the candidates, None for the default
     verdicts: dict[str, str] = field(default_factory=dict)   # candidate label -> why chosen or not
+    basis: str = ""          # why the chosen plan pays: faster | memory | fit (the default does not fit)
+    confirmations: list[Confirmation] = field(default_factory=list)   # the chosen plan's, and those that failed
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
-           objective: Weights | None = None, changes: list[int] | None = None, memory_budget: int = 0) -> Decision:
+           objective: Weights | None = None, changes: list[int] | None = None, memory_budget: int = 0,
+           excluded: dict[int, str] | None = None) -> Decision:
     """`changes`: how many actions each candidate applies (the change penalty's count);
     `memory_budget`: what a model may hold on the target (0: the limit), the memory term's yardstick
-    with the objective's floor (search.score.memory_base)."""
+    with the objective's floor (search.score.memory_base); `excluded`: candidates rejected before
+    anything else is looked at (index -> why: a confirmation they did not pass)."""
     if not baseline.ok:
         raise RuntimeError(f"the default plan failed on the target: {baseline.error}")
     changes = changes or [0] * len(candidates)
@@ -76,12 +68,19 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
                            objective.memory_floor if objective else 0.0)   # the search's yardstick
     rejected, eligible = {}, {}          # rejected: label -> why not; eligible: index -> (score, why it pays)
     terms = {}                           # index -> the score's terms (why one eligible plan lost to another)
+    basis = {}                           # index -> faster | memory | fit
     for i, c in enumerate(candidates):
+        if i in (excluded or {}):
+            rejected[c.label] = excluded[i]
+            continue
         if not c.ok:
             rejected[c.label] = f"failed to run ({c.error})"
             continue
         if c.accuracy_loss > max_loss:
-            rejected[c.label] = f"loses {c.accuracy_loss:.4g} accuracy (bound {max_loss})"
+            rejected[c.label] = (f"loses {c.accuracy_loss:.4g} accuracy on the held-out samples (bound {max_loss}"
+                                 + (f"; {c.calibration_loss:.4g} on the calibration samples)"
+                                    if c.calibration_loss == c.calibration_loss
+                                    and c.calibration_loss != c.accuracy_loss else ")"))
             continue
         if c.peak_mem_bytes > memory_limit:
             rejected[c.label] = f"needs {c.peak_mem_bytes} B (limit {memory_limit} B)"
@@ -99,6 +98,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
                                  f"{baseline.latency_ms:.4g} ms beyond noise (paired ratio {median:.3f}, 95% bound "
                                  f"{high:.3f})" + (f" and saves {saved:.0%} memory" if saved > 0 else ""))
             continue
+        basis[i] = "fit" if not default_fits else "faster" if faster else "memory"
         why = ("the default does not fit the device memory" if not default_fits else
                f"{baseline.latency_ms / c.latency_ms:.2f}x" if faster else
                f"{saved:.0%} less peak memory ({c.peak_mem_bytes} vs {baseline.peak_mem_bytes} B) "
@@ -143,7 +143,7 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
     verdicts[c.label] = f"chosen ({eligible[best][1]}{scored})"
     return Decision("adapted", f"{c.label} verified at {c.latency_ms:.4g} ms vs default {baseline.latency_ms:.4g} ms "
                                f"({eligible[best][1]}{scored}), accuracy loss {c.accuracy_loss:.3g}{note}", best,
-                    verdicts)
+                    verdicts, basis[best])
 
 
 def _memory_note(extra_bytes: int, budget: int) -> str:
@@ -176,10 +176,17 @@ def _simpler_within_noise(candidates: list[Verified], best: int, fewer: dict[int
     return min(ok, key=lambda i: (fewer[i], i)) if ok else None
 
 
-def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified: VerifyOutcome
-                 ) -> tuple[Decision, Candidate | None]:
+MAX_CONFIRMATIONS = 3      # plans confirmed in turn before the default is kept
+
+
+def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified: VerifyOutcome,
+                 default: onnx.ModelProto | None = None, feed: dict | None = None,
+                 timer: PairTimer | None = None) -> tuple[Decision, Candidate | None]:
     """The rollback stage's decision: skipped, the default (nothing to verify, with why), or
-    decide() on the verified plans under the configured weights."""
+    decide() on the verified plans under the configured weights, each plan it would adopt then
+    confirmed alone with the `default` model on `feed` (decide/confirm.py; `timer`: how the pair
+    is timed, None: no confirmation, as on a modeled target). A plan that does not pass its
+    confirmation is set aside and decide() runs again, up to MAX_CONFIRMATIONS plans."""
     if outcome.skipped_reason:
         return Decision("skipped", outcome.skipped_reason, None), None
     if not verified.plans:
@@ -192,9 +199,43 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
                                        f"{_peak_reason(lean.model, backend.info)}; the default is kept but does not fit "
                                        "this device", None), None
         return Decision("default", "the search found no plan predicted to beat the default", None), None
-    d = decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
-               Weights.of(s.weights), [c.changes for c in verified.plans], backend.info.memory_budget)
+    def again(excluded: dict[int, str]) -> Decision:
+        return decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
+                      Weights.of(s.weights), [c.changes for c in verified.plans], backend.info.memory_budget,
+                      excluded)
+
+    d, excluded, tried = again({}), {}, []
+    while d.chosen is not None and timer is not None and default is not None and feed is not None:
+        label = verified.candidates[d.chosen].label
+        c = confirm(timer, backend, default, verified.plans[d.chosen].model, feed, label, d.basis)
+        tried.append(c)
+        if c.pays:
+            d.reason = _confirmed_reason(d, verified.candidates[d.chosen], verified.baseline, c, tried[:-1])
+            d.verdicts[label] += f"; confirmed alone with the default: {c.words()}"
+            break
+        excluded[d.chosen] = (f"paid in verify's rounds ({verified.candidates[d.chosen].latency_ms:.4g} ms vs default "
+                              f"{verified.baseline.latency_ms:.4g} ms) but not when timed alone with the default: "
+                              f"{c.words()}")
+        d = again(excluded)
+        if len(tried) >= MAX_CONFIRMATIONS and d.chosen is not None:
+            d = Decision("rolled_back", f"{MAX_CONFIRMATIONS} plans paid in verify's rounds and none when timed alone "
+                                        "with the default: " + "; ".join(f"{k} {v}" for k, v in d.verdicts.items()
+                                                                          if k in {t.label for t in tried}),
+                         None, {**d.verdicts, verified.candidates[d.chosen].label:
+                                "eligible, not confirmed (confirmation limit reached)"})
+    d.confirmations = tried
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
+
+
+def _confirmed_reason(d: Decision, chosen: Verified, baseline: Verified, c: Confirmation,
+                      failed: list[Confirmation]) -> str:
+    """decide()'s reason with the confirmation's figures first (the ones a deployment gets)."""
+    head = (f"{c.label} confirmed alone with the default at {c.plan_ms:.4g} ms vs {c.default_ms:.4g} ms "
+            f"({c.default_ms / c.plan_ms:.2f}x, paired ratio {c.ratio:.3f}, 95% bound {c.ratio_high:.3f}, "
+            f"{c.rounds} rounds)")
+    before = "".join(f"; {f.label} paid in verify's rounds but not alone with the default ({f.words()})"
+                     for f in failed)
+    return f"{head}{before}; in verify's rounds: {d.reason}"
 
 
 def _plan_words(c: Candidate) -> str:

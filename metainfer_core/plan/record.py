@@ -140,7 +140,7 @@ def _with_node_lists(plan: Any, path: Path) -> Any:
 
 
 def metrics_of(v: dict | None) -> dict:
-    keys = ("latency_ms", "p90_ms", "peak_mem_bytes", "accuracy_loss", "compile_s")
+    keys = ("latency_ms", "p90_ms", "peak_mem_bytes", "accuracy_loss", "calibration_loss", "compile_s")
     return {k: (v or {}).get(k) for k in keys}
 
 
@@ -169,6 +169,10 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
     measurement = info.measurement
     baseline = verified.baseline.as_dict() if verified else None
     chosen_v = verified.candidates[decision.chosen].as_dict() if verified and decision.chosen is not None else None
+    confirmed = next((c for c in decision.confirmations if c.pays), None) if chosen_v is not None else None
+    if confirmed is not None:   # the figures of the plan and the default timed alone together
+        baseline = baseline | {"latency_ms": confirmed.default_ms, "p90_ms": confirmed.p90_default_ms}
+        chosen_v = chosen_v | {"latency_ms": confirmed.plan_ms, "p90_ms": confirmed.p90_plan_ms}
     pred_source = chosen if chosen is not None else outcome.default
     plan = {
         "schema": PLAN_SCHEMA,
@@ -201,7 +205,9 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
              "binding": c.binding}
             for c, v in zip(verified.plans, verified.candidates)] if verified else [],
         "accuracy_repairs": verified.repairs if verified else [],
-        "warnings": ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
+        "confirmations": [c.as_dict() for c in decision.confirmations],
+        "warnings": [f"accuracy: {w}" for w in prepared.warnings]
+                    + ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
                       "figures for them mean little; give real inputs with data.inputs=<file.npz>"]
                      if prepared.degenerate else [])
                     + [f"normalize: {w}" for w in prepared.normalized.warnings]

@@ -322,7 +322,7 @@ def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
         out += ["", f"Budget: {budget['total_s']:g} s in all."]
     search = plan.get("search") or {}
     out += ["", "## Run", "",
-            f"- target: {target.get('name')} ({target.get('measurement')}), firmware {target.get('firmware')}, "
+            f"- target: {target.get('name')} ({target.get('measurement')}), firmware `{target.get('firmware')}`, "
             f"driver {target.get('driver')}, runtime {target.get('runtime')}",
             f"- fingerprint version: {plan.get('fingerprint_version')}; predictor: {pred.get('n_records')} records, "
             f"validation MAPE {_loss(pred.get('val_mape'))}",

@@ -73,8 +73,9 @@ class Metrics(Record):
     latency_ms: Number
     p90_ms: Number = None
     peak_mem_bytes: Number
-    accuracy_loss: Number
+    accuracy_loss: Number                   # on the held-out samples: what the bound judges
     compile_s: Number
+    calibration_loss: Number = None         # on the samples that calibrated the plans
 
 
 class Baseline(Metrics):
@@ -137,6 +138,8 @@ class Plan(Record):
     baseline: Baseline
     candidates: list[CandidateRecord] = []
     accuracy_repairs: list[Any] = []
+    # the plans decide would adopt, each timed alone with the default (decide/confirm.py), in turn
+    confirmations: list[dict[str, Any]] = []
     warnings: list[str] = []
     profile: ProfileRecord | None = None
     search: SearchRecord | None = None

@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from metainfer_core import zoo
+from metainfer_core.accuracy.holdout import SampleSet, split, too_few_note
 from metainfer_core.accuracy.metric import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.features import model_feature_map
@@ -30,11 +31,15 @@ class Prepared:
     sha256: str
     normalized: NormalizeResult
     feature_map: dict
-    feeds: list[dict[str, np.ndarray]]
+    feeds: list[dict[str, np.ndarray]]      # the calibration samples (int8 ranges, sensitivity, guard, search)
     reference: list[list[np.ndarray]]
     degenerate: list[str]          # outputs whose reference is near-constant on these inputs
-    loss_fn: LossFn = plan_loss     # accuracy.metric, bound to the validation labels if any
+    loss_fn: LossFn = plan_loss     # accuracy.metric, bound to the calibration samples' labels if any
     seconds: float = 0.0
+    # the samples that judge accuracy loss against the bound (accuracy/holdout.py); None: too few
+    # samples to hold any out, the calibration samples judge too (`warnings` says so)
+    held_out: SampleSet | None = None
+    warnings: list[str] = field(default_factory=list)
     # what rewrites compute once per run (int8 calibration ranges: seconds of model runs on a large
     # model), shared by the profile's variants, the search and the accuracy guard
     action_cache: dict = field(default_factory=dict, repr=False)
@@ -42,6 +47,11 @@ class Prepared:
     @property
     def model(self) -> onnx.ModelProto:
         return self.normalized.model
+
+    @property
+    def judge(self) -> SampleSet:
+        """The samples accuracy is judged on: the held-out ones, else the calibration ones."""
+        return self.held_out or SampleSet(self.feeds, self.reference, self.loss_fn)
 
 
 def _load(s: Settings) -> tuple[onnx.ModelProto, str]:
@@ -62,6 +72,34 @@ def _validation_feeds(s: Settings, model: onnx.ModelProto, samples: dict[str, np
         return [random_feeds(model, seed=s.seed + i) for i in range(s.verify.samples)], None
     return sample_feeds(model, load_samples(s.data.inputs) if samples is None else samples, s.data.inputs,
                         s.data.labels_key)
+
+
+RANDOM_HELD_OUT_SEED = 1000     # held-out random inputs: seeds apart from the calibration ones
+
+
+def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], labels: np.ndarray | None
+              ) -> tuple[tuple[list[dict[str, np.ndarray]], np.ndarray | None],
+                         tuple[list[dict[str, np.ndarray]], np.ndarray | None] | None, list[str]]:
+    """(calibration (feeds, labels), held-out (feeds, labels) or None, warnings): data.validation's
+    samples when given, else every third sample of data.inputs (accuracy/holdout.py); without
+    data.inputs, random inputs of other seeds."""
+    from metainfer_core.normalize.inputs import load_samples, sample_feeds
+
+    if s.data.validation is not None:
+        if s.data.inputs is None:
+            raise MetaInferError(f"data.validation={s.data.validation} is given without data.inputs: the validation "
+                                 "samples judge plans calibrated on data.inputs' samples. Give both (the same "
+                                 "arrays, keyed by the model's input names), or data.inputs alone (every third "
+                                 "sample is then held out to judge accuracy).")
+        fed = {i.name for i in model.graph.input}
+        held, held_labels = sample_feeds(model, load_samples(s.data.validation), s.data.validation, s.data.labels_key)
+        return (feeds, labels), ([{k: v for k, v in f.items() if k in fed} for f in held], held_labels), []
+    if s.data.inputs is None:
+        n = max(2, (s.verify.samples + 1) // 2)
+        return (feeds, labels), ([random_feeds(model, seed=s.seed + RANDOM_HELD_OUT_SEED + i) for i in range(n)],
+                                 None), []
+    cal, held = split(feeds, labels)
+    return cal, held, ([] if held is not None else [too_few_note(len(feeds))])
 
 
 def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
@@ -108,11 +146,20 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
         feeds = [{k: v for k, v in f.items() if k in fed} for f in feeds]
     if s.accuracy.metric == "top1" and labels is None:
         progress("accuracy: metric top1 without labels in data.inputs: measuring top-1 agreement with fp32")
+    (feeds, labels), held, warnings = _held_out(s, result.model, feeds, labels)
+    for warning in warnings:
+        progress(f"WARNING: accuracy: {warning}")
     reference = run_cpu(result.model, feeds)
+    held_out = (SampleSet(held[0], run_cpu(result.model, held[0]), make_loss(s.accuracy.metric, held[1]))
+                if held is not None else None)
+    if held_out is not None:
+        progress(f"accuracy: {len(feeds)} calibration sample(s), {len(held_out.feeds)} held out to judge accuracy"
+                 + (f" (data.validation={s.data.validation})" if s.data.validation else ""))
     names = [o.name for o in result.model.graph.output]
-    degenerate = degenerate_outputs(reference, names)
+    degenerate = degenerate_outputs(reference + (held_out.reference if held_out else []), names)
     if degenerate:
         progress(f"WARNING: reference outputs {degenerate} are near-constant on the validation inputs, so accuracy "
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
-                    make_loss(s.accuracy.metric, labels), time.perf_counter() - t0)
+                    make_loss(s.accuracy.metric, labels), time.perf_counter() - t0, held_out=held_out,
+                    warnings=warnings)

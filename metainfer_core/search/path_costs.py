@@ -217,16 +217,19 @@ class PathCosts:
         others = [p for p in getattr(self.backend, "paths", ()) if not p.is_default
                   and p != ExecutionPath.of(model) and not self.knows(p, model)]
         with ThreadPoolExecutor(max_workers=max(1, len(others))) as pool:
-            futures = {p: pool.submit(self._compiled_and_run, rebound(model, p)) for p in others}
-            out = self._compiled_and_run(model)
+            futures = {p: pool.submit(self.backend.compile, rebound(model, p)) for p in others}
+            compiled = self.backend.compile(model)
+        # the graphs run one after the other, never from two threads at once: two threads in
+        # OpenVINO's Python infer() (its input copy) have deadlocked each other for good
+        out = compiled, [compiled.run(f) for f in self.feeds]
         for p, f in futures.items():
             if f.exception() is None:       # a failure is met again when that path is measured
-                _keep(self._ready, (digest, p), f.result(), READY_KEPT)
+                try:
+                    sibling = f.result()
+                    _keep(self._ready, (digest, p), (sibling, [sibling.run(x) for x in self.feeds]), READY_KEPT)
+                except Exception:  # noqa: BLE001 - as a failed compile: met again when that path is measured
+                    pass
         return out
-
-    def _compiled_and_run(self, model: onnx.ModelProto) -> tuple:
-        compiled = self.backend.compile(model)
-        return compiled, [compiled.run(f) for f in self.feeds]
 
     def _on_default_path(self, model: onnx.ModelProto, digest: str) -> tuple:
         """The graph compiled on the default path, its loss on the validation inputs and its ms

@@ -14,20 +14,17 @@ from __future__ import annotations
 
 import io
 import json
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from metainfer_core.accuracy.metric import LossFn
 from metainfer_core.backends.base import Backend
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import verify_queue as queue
 from metainfer_core.fingerprint.library import FingerprintLibrary
-from metainfer_core.verify.measure import Verified, verify
+from metainfer_core.verify.measure import Outputs, Verified, VerifyResult, run_plans
 
 Feeds = list[dict[str, np.ndarray]]
-Outputs = list[list[np.ndarray]]         # outputs[sample][output]
 
 
 @dataclass
@@ -38,13 +35,6 @@ class VerifyRequest:
     feeds: Feeds
     runs: int
     warmup: int
-
-
-@dataclass
-class VerifyResult:
-    results: list[Verified]                 # aligned with the request's models
-    outputs: dict[str, Outputs]             # label -> the target's outputs (plans that ran)
-    worker: dict = field(default_factory=dict)
 
 
 def _npz(arrays: dict[str, np.ndarray]) -> bytes:
@@ -145,45 +135,7 @@ def delete_request(lib: FingerprintLibrary, request_id: str) -> None:
     queue.delete_request(lib, request_id)
 
 
-class _Counted:
-    """The backend, counting compile() calls: verify() compiles the plans in order and computes
-    a plan's loss before it compiles the next, so the count names the plan whose outputs came."""
-
-    def __init__(self, backend: Backend):
-        self.backend, self.compiled = backend, 0
-
-    @property
-    def info(self):
-        return self.backend.info
-
-    def compile(self, model: onnx.ModelProto):
-        self.compiled += 1
-        return self.backend.compile(model)
-
-
 def measure(backend: Backend, request: VerifyRequest) -> VerifyResult:
-    """Run the request's plans on `backend` with the same verify() adapt runs locally, keeping
+    """Run the request's plans on `backend` with the same run_plans() adapt runs locally, keeping
     the outputs the target produced (the accuracy loss is computed by the requester)."""
-    counted, outputs = _Counted(backend), {}
-
-    def capture(reference, produced) -> float:
-        outputs[request.models[counted.compiled - 1][0]] = produced
-        return float("nan")
-
-    results = verify(counted, request.models, request.feeds, [], request.runs, request.warmup, capture)
-    return VerifyResult(results, {r.label: outputs[r.label] for r in results if r.error is None})
-
-
-def with_accuracy(result: VerifyResult, reference: Outputs, loss_fn: LossFn) -> list[Verified]:
-    """The requester's side: each plan's accuracy loss from the target's outputs, as verify()
-    computes it locally; a plan whose outputs the loss function rejects is rejected."""
-    out = []
-    for r in result.results:
-        if r.error is None:
-            try:
-                r.accuracy_loss = loss_fn(reference, result.outputs[r.label])
-            except Exception as exc:  # noqa: BLE001 - as in verify(): the plan is rejected, not the run
-                r.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-                r.samples_ms, r.latency_ms, r.p90_ms, r.peak_mem_bytes = [], math.nan, math.nan, 0
-        out.append(r)
-    return out
+    return run_plans(backend, request.models, request.feeds, request.runs, request.warmup)

@@ -5,6 +5,7 @@ back-to-back inference does). Also peak memory and accuracy loss against the fp3
 computed from the outputs the target itself produced."""
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
@@ -19,13 +20,19 @@ from metainfer_core.backends.timing import interleaved, scaled_reps, settle_runs
 MIN_ROUNDS = 7     # the median and p90 of fewer timed runs say little
 
 
+Outputs = list[list[np.ndarray]]         # outputs[sample][output]
+
+
 class Runner(Protocol):
-    """Who measures the plans for the verify stage: `verify` below on this host's backend, or
-    a runner that has another host measure them (tasks/remote_verify.py: the verify mailbox,
-    for deploy.remote_verify). Same arguments, same figures back, one per model in order."""
+    """Who measures the plans for the verify stage: `run_plans` below on this host's backend,
+    `verify.worker.run_plans_isolated` in a measurement process of its own, or a runner that has
+    another host measure them (tasks/remote_verify.py: the verify mailbox, for
+    deploy.remote_verify). Same arguments, the same figures back, one per model in order, with
+    the outputs each plan produced on `feeds`: the accuracy loss is computed where the
+    reference and the metric are (verify/stage.py)."""
     def __call__(self, backend: Backend, models: list[tuple[str, onnx.ModelProto]],
-                 feeds: list[dict[str, np.ndarray]], reference: list[list[np.ndarray]], runs: int, warmup: int,
-                 loss_fn: LossFn = ..., time_left_s: float | None = None) -> list["Verified"]: ...
+                 feeds: list[dict[str, np.ndarray]], runs: int, warmup: int,
+                 time_left_s: float | None = None) -> "VerifyResult": ...
 
 
 @dataclass
@@ -34,10 +41,11 @@ class Verified:
     latency_ms: float = float("nan")      # median over timed runs
     p90_ms: float = float("nan")
     peak_mem_bytes: int = 0
-    accuracy_loss: float = float("nan")
+    accuracy_loss: float = float("nan")     # on the samples that judge accuracy (held out from calibration)
     compile_s: float = 0.0
     error: str | None = None
     samples_ms: list[float] = field(default_factory=list)
+    calibration_loss: float = float("nan")  # on the samples that calibrated the plans
 
     @property
     def ok(self) -> bool:
@@ -47,6 +55,64 @@ class Verified:
         d = asdict(self)
         d.pop("samples_ms")
         return d
+
+
+@dataclass
+class VerifyResult:
+    results: list[Verified]                 # aligned with the models measured
+    outputs: dict[str, Outputs]             # label -> the target's outputs (plans that ran)
+    worker: dict = field(default_factory=dict)
+
+
+class _Counted:
+    """The backend, counting compile() calls: verify() compiles the plans in order and computes
+    a plan's loss before it compiles the next, so the count names the plan whose outputs came."""
+
+    def __init__(self, backend: Backend):
+        self.backend, self.compiled = backend, 0
+
+    @property
+    def info(self):
+        return self.backend.info
+
+    def compile(self, model: onnx.ModelProto):
+        self.compiled += 1
+        return self.backend.compile(model)
+
+
+def run_plans(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[dict[str, np.ndarray]],
+              runs: int, warmup: int, time_left_s: float | None = None) -> VerifyResult:
+    """verify() on `backend` in this process, keeping the outputs each plan produced (no loss)."""
+    counted, outputs = _Counted(backend), {}
+
+    def capture(reference, produced) -> float:
+        outputs[models[counted.compiled - 1][0]] = produced
+        return float("nan")
+
+    results = verify(counted, models, feeds, [], runs, warmup, capture, time_left_s)
+    return VerifyResult(results, {r.label: outputs[r.label] for r in results if r.error is None})
+
+
+def with_accuracy(result: VerifyResult, reference: Outputs, loss_fn: LossFn,
+                  calibration: tuple[Outputs, LossFn] | None = None) -> list[Verified]:
+    """Each plan's accuracy loss from the outputs the target produced, computed where the
+    reference and the metric are; a plan whose outputs the loss function rejects is rejected.
+    calibration: (its reference, its loss) where the outputs hold the calibration samples first
+    and then those of `reference`, which judge; without it the same samples do both."""
+    k = len(calibration[0]) if calibration is not None else 0
+    out = []
+    for r in result.results:
+        if r.error is None:
+            try:
+                outputs = result.outputs[r.label]
+                r.accuracy_loss = loss_fn(reference, outputs[k:])
+                r.calibration_loss = (calibration[1](calibration[0], outputs[:k]) if calibration is not None
+                                      else r.accuracy_loss)
+            except Exception as exc:  # noqa: BLE001 - as in verify(): the plan is rejected, not the run
+                r.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+                r.samples_ms, r.latency_ms, r.p90_ms, r.peak_mem_bytes = [], math.nan, math.nan, 0
+        out.append(r)
+    return out
 
 
 def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[dict[str, np.ndarray]],

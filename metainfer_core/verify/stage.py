@@ -20,7 +20,8 @@ from metainfer_core.prepare.stage import Prepared
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
-from metainfer_core.verify.measure import MIN_ROUNDS, Runner, Verified, verify
+from metainfer_core.verify.measure import MIN_ROUNDS, Runner, Verified, with_accuracy
+from metainfer_core.verify.worker import run_plans_isolated
 
 Progress = Callable[[str], None]
 
@@ -36,17 +37,19 @@ class VerifyOutcome:
 
 def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidate], cost_model: CostModel | None,
            progress: Progress) -> tuple[list[Candidate], list[dict]]:
-    """Low-precision candidates that break the accuracy bound on the validation inputs get a
-    repaired twin with the culprit nodes pinned to fp32 (both are verified: the difference is
-    what the pinning costs)."""
+    """Low-precision candidates that break the accuracy bound on the samples that judge it (the
+    held-out ones) get a repaired twin with the culprit nodes pinned to fp32 (both are verified:
+    the difference is what the pinning costs). Culprits are looked for on the calibration samples
+    only, so the held-out ones stay unseen: where those show no culprit, no twin is made."""
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
     ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     extra, repairs = [], []
     for i, c in enumerate(top):
         if not any(st.kind in lossy for st in c.steps) or not ExecutionPath.of(c.model).is_default:
             continue        # a plan bound to another path: verify measures its loss there and decide rejects it over the bound
-        try:
-            loss = prepared.loss_fn(prepared.reference, run_cpu(c.model, prepared.feeds))
+        try:        # judged where verify judges it (held-out samples); repaired on the calibration ones
+            judge = prepared.judge
+            loss = judge.loss_fn(judge.reference, run_cpu(c.model, judge.feeds))
             if loss <= s.accuracy.max_loss:
                 continue
             r = repair(prepared.model, c.steps, c.model, ctx, prepared.feeds, prepared.reference, s.accuracy.max_loss,
@@ -55,14 +58,21 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
             progress(f"verify: candidate{i + 1} could not be checked for repair ({type(exc).__name__}); verified as it is")
             continue
         entry = {"candidate": f"candidate{i + 1}", "culprits": r.culprits, "loss_before": r.loss_before,
-                 "loss_after": r.loss_after, "evaluations": r.evaluations, "repaired": r.ok, "repaired_as": None}
+                 "loss_after": r.loss_after, "evaluations": r.evaluations, "repaired": r.ok and bool(r.culprits),
+                 "repaired_as": None, "held_out_loss": loss}
+        if r.ok and not r.culprits:
+            progress(f"verify: {entry['candidate']} breaks the accuracy bound on the held-out samples ({loss:.3g}) but "
+                     f"not on the calibration samples ({r.loss_before:.3g}): no culprit to pin, not repaired")
+            repairs.append(entry)
+            continue
         if r.ok:
             predicted = cost_model.predict_ms(group_kernels(r.model)) if cost_model is not None else float("nan")
             extra.append(Candidate(r.model, r.steps, latency_ms=predicted, peak_mem_bytes=c.peak_mem_bytes,
                                    planned_peak_bytes=c.planned_peak_bytes,
                                    accuracy_loss=r.loss_after, score=float("nan")))
             entry["repaired_as"] = f"candidate{len(top) + len(extra)}"
-        progress(f"verify: {entry['candidate']} breaks the accuracy bound ({r.loss_before:.3g}); pinned "
+        progress(f"verify: {entry['candidate']} breaks the accuracy bound ({loss:.3g} held out, {r.loss_before:.3g} "
+                 f"on the calibration samples); pinned "
                  f"{r.culprits or 'nothing'} to fp32 -> {r.loss_after:.3g} ({'repaired' if r.ok else 'gave up'})")
         repairs.append(entry)
     return top + extra, repairs
@@ -92,23 +102,30 @@ EXTRA_ROUNDS_SHARE = 0.5    # of the verify allowance, at most, for rounds past 
 
 def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: SearchOutcome,
                  progress: Progress = print, cost_model: CostModel | None = None,
-                 measure: Runner = verify, allowance_s: float | None = None) -> VerifyOutcome:
-    """measure: the runner (verify on this host; another host's for deploy.remote_verify).
-    allowance_s: verify's share of budget.total_s (bounds the number of timed rounds)."""
+                 measure: Runner = run_plans_isolated, allowance_s: float | None = None) -> VerifyOutcome:
+    """measure: the runner (this host's, in a measurement process of its own; another host's for
+    deploy.remote_verify). allowance_s: verify's share of budget.total_s (bounds the number of
+    timed rounds). Each plan runs on the calibration samples, then the held-out ones: its
+    accuracy loss is judged on the held-out ones, the calibration loss is kept beside it."""
     t0 = time.perf_counter()
     plans, repairs = _guard(s, prepared, backend, list(outcome.result.top) if outcome.result else [], cost_model,
                             progress)
     models = [("default", prepared.model)] + [(f"candidate{i + 1}", c.model) for i, c in enumerate(plans)]
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
-    runs, expected_s = verify_runs(s, plans, outcome.default, len(prepared.feeds), left)
+    held = prepared.held_out
+    feeds = prepared.feeds + (held.feeds if held is not None else [])
+    runs, expected_s = verify_runs(s, plans, outcome.default, len(feeds), left)
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
              f"{runs} interleaved runs each, ~{eta(expected_s)} plus compiles"
              + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
                 else f" (more than verify.runs={s.verify.runs}: the verify share has room)" if runs > s.verify.runs
                 else ""))
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
-    results = measure(backend, models, prepared.feeds, prepared.reference, runs, s.verify.warmup,
-                      prepared.loss_fn, time_left_s=left)
+    measured = measure(backend, models, feeds, runs, s.verify.warmup, time_left_s=left)
+    if measured.worker.get("why"):
+        progress(f"WARNING: verify: measured in this process ({measured.worker['why']})")
+    results = (with_accuracy(measured, held.reference, held.loss_fn, (prepared.reference, prepared.loss_fn))
+               if held is not None else with_accuracy(measured, prepared.reference, prepared.loss_fn))
     by_label = {v.label: v for v in results}
     for r in repairs:       # what pinning cost: the repaired plan against the plan it came from
         fixed, orig = by_label.get(r["repaired_as"]), by_label.get(r["candidate"])

@@ -14,6 +14,7 @@ from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.verify import mailbox
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.verify import verify
+from metainfer_core.verify.measure import with_accuracy
 from metainfer_core.zoo import build
 
 from twins import backend
@@ -51,7 +52,7 @@ def test_request_round_trip_and_result_equal_a_local_verify(tmp_path):
     assert back.worker == {"flow_run_id": "x", "hostname": "h"}
     assert set(back.outputs) == {"default", "candidate1"}
     reference = run_cpu(models[0][1], feeds)
-    remote = mailbox.with_accuracy(back, reference, plan_loss)
+    remote = with_accuracy(back, reference, plan_loss)
 
     # the same plans verified locally on a fresh backend of the same target and seed
     local = verify(backend("fpga"), models, feeds, reference, 5, 1, plan_loss)
@@ -79,7 +80,7 @@ def test_a_plan_that_fails_on_the_target_is_rejected_not_fatal(tmp_path):
     rid = mailbox.put_request(lib, "fpga", [(label, m), ("candidate1", broken)], feeds, runs=2, warmup=0)
     result = mailbox.measure(backend("fpga"), mailbox.get_request(lib, rid))
     mailbox.put_result(lib, rid, result)
-    ok, bad = mailbox.with_accuracy(mailbox.get_result(lib, rid), run_cpu(m, feeds), plan_loss)
+    ok, bad = with_accuracy(mailbox.get_result(lib, rid), run_cpu(m, feeds), plan_loss)
     assert ok.ok and ok.accuracy_loss == pytest.approx(0, abs=1e-9) and len(ok.samples_ms) == 2
     assert not bad.ok and bad.error and bad.samples_ms == [] and np.isnan(bad.latency_ms)
 

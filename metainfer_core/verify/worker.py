@@ -1,0 +1,175 @@
+"""Measurement in a process of its own: the plans being compared, and nothing else of the run.
+
+A timing whose result decides something (verify's rounds, the confirmation before a plan is
+adopted) runs in a fresh Python process that holds only those plans: no search sessions or
+OpenVINO compiled models with their worker threads, no logging or API threads of the flow, no
+allocator history. The run waits blocked meanwhile. Why, and what was measured:
+docs/decisions/2026-12-05-isolated-measurement.md.
+
+The job travels pickled on the child's stdin (the backend as its recipe: class, name,
+measurement, spec, seed; models as ONNX bytes; feeds as arrays) and the answer on a pipe the
+child keeps for it (its stdout is pointed at stderr, so nothing a runtime prints can corrupt
+it). A backend that cannot be rebuilt from its recipe (a modeled target: simulated latencies
+do not depend on the process; a test's wrapper) is measured in this process, as before."""
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from metainfer_core.backends.base import Backend
+from metainfer_core.backends.timing import interleaved, settle_runs, warm_up
+from metainfer_core.errors import MetaInferError
+from metainfer_core.verify.measure import VerifyResult, run_plans
+
+Feed = dict[str, np.ndarray]
+
+CONFIRM_TIMED_S = 3.0     # a confirmation's timed rounds aim at about this long...
+CONFIRM_MIN_ROUNDS = 30   # ...never fewer rounds (the bootstrap bound of the median ratio needs them)...
+CONFIRM_MAX_ROUNDS = 300  # ...nor more
+CONFIRM_MAX_S = 60.0      # a slow model gets fewer than CONFIRM_MIN_ROUNDS (never under 10) past this
+
+
+def recipe(backend: Backend) -> tuple | None:
+    """What rebuilds `backend` in another process, or None where it cannot be (or need not be)."""
+    cls = type(backend)
+    if getattr(backend, "measurement", None) != "measured" or not hasattr(backend, "spec"):
+        return None
+    if cls.__module__ in ("__main__", "builtins") or "<locals>" in cls.__qualname__:
+        return None
+    return f"{cls.__module__}.{cls.__qualname__}", backend.name, backend.measurement, dict(backend.spec), backend.seed
+
+
+def _rebuild(r: tuple) -> Backend:
+    from metainfer_core.backends import create_backend
+
+    path, name, measurement, spec, seed = r
+    return create_backend(path, name, measurement, spec, seed)
+
+
+def _call(job: dict) -> object:
+    """Run `job` in a fresh worker process; its answer, or a MetaInferError with its last words."""
+    read_fd, write_fd = os.pipe()
+    with tempfile.TemporaryFile() as err:        # a file, not a pipe: a chatty runtime cannot block the child
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "metainfer_core.verify.worker", str(write_fd)],
+                                    stdin=subprocess.PIPE, stderr=err, pass_fds=(write_fd,))
+        finally:
+            os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as answer:
+            try:
+                proc.stdin.write(pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL))
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            data = answer.read()        # until the child closes it (exits)
+        code = proc.wait()
+        if code == 0 and data:
+            return pickle.loads(data)
+        err.seek(0)
+        last = [line for line in err.read().decode(errors="replace").splitlines() if line.strip()][-1:]
+    raise MetaInferError(f"the measurement worker exited with code {code} ({(last or ['no output'])[0][:300]})")
+
+
+def run_plans_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[Feed],
+                       runs: int, warmup: int, time_left_s: float | None = None) -> VerifyResult:
+    """verify/measure.Runner: run_plans() in a worker process of its own (where the backend can be
+    rebuilt there; else here). A worker that dies (a runtime crashing on a plan) is not fatal: the
+    plans are measured here instead, and the result says so."""
+    r = recipe(backend)
+    if r is None:
+        return run_plans(backend, models, feeds, runs, warmup, time_left_s)
+    t0 = time.perf_counter()
+    try:
+        result = _call({"job": "plans", "backend": r, "models": [(label, m.SerializeToString()) for label, m in models],
+                        "feeds": feeds, "runs": runs, "warmup": warmup, "time_left_s": time_left_s})
+    except MetaInferError as exc:
+        left = None if time_left_s is None else max(time_left_s - (time.perf_counter() - t0), 0.0)
+        result = run_plans(backend, models, feeds, runs, warmup, left)
+        result.worker = {"isolated": False, "why": str(exc)}
+        return result
+    result.worker = {"isolated": True, **result.worker}
+    return result
+
+
+@dataclass
+class PairTiming:
+    """The default and one plan timed alone together: per-round samples (ms), paired."""
+    default_ms: list[float] = field(default_factory=list)
+    plan_ms: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    isolated: bool = True
+    error: str | None = None
+
+
+def time_pair(backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto, feed: Feed,
+              max_s: float = CONFIRM_MAX_S) -> PairTiming:
+    """The default and `plan` compiled in this process, warmed, then timed in alternating rounds
+    (interleaved: the order swaps every round) as many as CONFIRM_TIMED_S allows, within
+    [CONFIRM_MIN_ROUNDS, CONFIRM_MAX_ROUNDS] (fewer, never under 10, where max_s would be passed).
+    The default is compiled again after the plan and both its sessions' times are averaged per
+    round, as verify does (a session created later runs a few % faster on ONNX Runtime)."""
+    t0 = time.perf_counter()
+    try:
+        first = backend.compile(default)
+        other = backend.compile(plan)
+        twin = backend.compile(default)
+        per_round_ms = 2 * warm_up(first, feed) + warm_up(other, feed)
+        warm_up(twin, feed)
+    except Exception as exc:  # noqa: BLE001 - verify ran both already; a failure here means no confirmation
+        return PairTiming(seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {str(exc)[:300]}")
+    settle = settle_runs(backend)
+    per_round_ms *= 1 + settle
+    rounds = int(min(CONFIRM_MAX_ROUNDS, max(CONFIRM_MIN_ROUNDS, CONFIRM_TIMED_S * 1e3 / per_round_ms)))
+    rounds = max(10, min(rounds, int(max_s * 1e3 / per_round_ms)))
+    a, b, c = interleaved([first, other, twin], [feed] * 3, rounds, settle)
+    return PairTiming([(x + z) / 2 for x, z in zip(a, c)], b, time.perf_counter() - t0)
+
+
+def time_pair_isolated(backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto, feed: Feed,
+                       max_s: float = CONFIRM_MAX_S) -> PairTiming:
+    """time_pair() in a worker process holding only those two plans (here where it cannot be)."""
+    r = recipe(backend)
+    if r is None:
+        return PairTiming(**{**time_pair(backend, default, plan, feed, max_s).__dict__, "isolated": False})
+    try:
+        return _call({"job": "pair", "backend": r, "default": default.SerializeToString(),
+                      "plan": plan.SerializeToString(), "feed": feed, "max_s": max_s})
+    except MetaInferError as exc:
+        return PairTiming(error=str(exc), isolated=True)
+
+
+def _serve(job: dict) -> object:
+    backend = _rebuild(job["backend"])
+    if job["job"] == "plans":
+        models = [(label, onnx.load_from_string(data)) for label, data in job["models"]]
+        result = run_plans(backend, models, job["feeds"], job["runs"], job["warmup"], job["time_left_s"])
+        result.worker = {"pid": os.getpid()}
+        return result
+    if job["job"] == "pair":
+        return time_pair(backend, onnx.load_from_string(job["default"]), onnx.load_from_string(job["plan"]),
+                         job["feed"], job["max_s"])
+    raise ValueError(f"unknown measurement job {job['job']!r}")
+
+
+def main(argv: list[str]) -> int:
+    answer = os.fdopen(int(argv[1]), "wb")
+    os.dup2(2, 1)               # whatever a runtime prints goes to stderr, never into the answer
+    job = pickle.load(sys.stdin.buffer)
+    from metainfer_core.verify import worker    # this module by its name: what it returns unpickles there
+
+    result = worker._serve(job)
+    answer.write(pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
+    answer.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
