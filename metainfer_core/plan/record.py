@@ -188,6 +188,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "predictor": {"n_records": cost_model_meta.n_records, "val_mape": cost_model_meta.val_mape},
         "weights": settings.weights.model_dump(),
         "accuracy_bound": settings.accuracy.max_loss,
+        "accuracy_samples": {"calibration": len(prepared.feeds), "judging": len(prepared.judge.feeds),
+                             "judged_on": prepared.judged_on},
         "decision": decision.decision,
         "reason": decision.reason,
         "actions": [st.as_dict() for st in chosen.steps] if chosen is not None else [],

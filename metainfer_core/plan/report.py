@@ -163,13 +163,43 @@ def comparison_rows(plan: dict) -> list[tuple[str, str, str, str]]:
          _ratio(b.get("peak_mem_bytes"), m.get("peak_mem_bytes"), "memory")),
         ("predicted peak memory", human_bytes(b.get("predicted_peak_mem_bytes")), human_bytes(p.get("peak_mem_bytes")),
          ""),
-        ("accuracy loss", _loss(b.get("accuracy_loss")), _loss(m.get("accuracy_loss")),
-         f"bound {plan.get('accuracy_bound')}" if plan.get("accuracy_bound") is not None else ""),
+        *_accuracy_rows(plan, b, m),
         ("compile (s)", _ms(b.get("compile_s")), _ms(m.get("compile_s")), ""),
     ]
 
 
-STAGES = ("normalize", "profile", "train", "search", "verify", "compile", "total")
+def _accuracy_rows(plan: dict, b: dict, m: dict) -> list[tuple[str, str, str, str]]:
+    """The loss the bound judges, on the samples that judge it; beside it the loss on the samples
+    that calibrated the plans, where those differ."""
+    samples = plan.get("accuracy_samples") or {}
+    bound = f"bound {plan.get('accuracy_bound')}" if plan.get("accuracy_bound") is not None else ""
+    if not samples or samples.get("judged_on") == "the calibration samples":
+        return [("accuracy loss", _loss(b.get("accuracy_loss")), _loss(m.get("accuracy_loss")), bound)]
+    return [(f"accuracy loss, {samples.get('judging')} held-out samples", _loss(b.get("accuracy_loss")),
+             _loss(m.get("accuracy_loss")), bound),
+            (f"accuracy loss, {samples.get('calibration')} calibration samples", _loss(b.get("calibration_loss")),
+             _loss(m.get("calibration_loss")), "not judged")]
+
+
+def _confirmed(plan: dict) -> dict | None:
+    """The confirmation whose figures plan.json reports (the adopted plan's), if any."""
+    return next((c for c in plan.get("confirmations") or [] if c.get("pays")), None) \
+        if plan.get("decision") == "adapted" else None
+
+
+def latency_note(plan: dict) -> str:
+    """Where the latency figures of the default vs chosen table come from."""
+    c = _confirmed(plan)
+    if c is None:
+        return "Latencies: verify's interleaved rounds."
+    where = "in a process of its own" if c.get("isolated") else "in the adapt's process"
+    return (f"Latencies: the default and the chosen plan timed alone together {where}, {c.get('rounds')} "
+            f"alternating rounds (paired ratio {c.get('ratio', float('nan')):.3f}, 95% bounds "
+            f"{c.get('ratio_low', float('nan')):.3f}-{c.get('ratio_high', float('nan')):.3f}); verify's round "
+            "figures are in the candidates table.")
+
+
+STAGES = ("normalize", "profile", "train", "search", "verify", "confirm", "compile", "total")
 
 
 def stage_text(plan: dict) -> str:
@@ -234,7 +264,7 @@ def summary_text(plan: dict, report_path: str | None = None) -> str:
     lines = [headline(plan)]
     for i, a in enumerate(plan.get("actions") or [], 1):
         lines += [""] * (i == 1) + [f"  {i}. {action_words(a)}; on {action_where(a, 3)}"]
-    lines += ["", text_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), ""]
+    lines += ["", text_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), latency_note(plan), ""]
     target = plan.get("target") or {}
     if target.get("measurement") == "modeled" and target.get("note"):
         lines.append(f"note: {target['note']}")         # the table's latencies are not measurements
@@ -275,15 +305,29 @@ def _candidate_rows(plan: dict) -> list[tuple[str, ...]]:
     b = plan.get("baseline") or {}
     rows = [("default", "default (unchanged)", _ms(b.get("predicted_latency_ms")), _ms(b.get("latency_ms")),
              human_bytes(b.get("predicted_peak_mem_bytes")), human_bytes(b.get("peak_mem_bytes")), "",
-             _loss(b.get("accuracy_loss")), "the baseline every plan is timed against")]
+             _losses(b), "the baseline every plan is timed against")]
     for c in plan.get("candidates") or []:
         m = c.get("measured") or {}
         verdict = c.get("verdict") or (f"failed: {c['error']}" if c.get("error") else "-")
         rows.append((c.get("label", "?"), plan_name(c.get("actions") or []), _ms(c.get("predicted_latency_ms")),
                      _ms(m.get("latency_ms")), human_bytes(c.get("predicted_peak_mem_bytes")),
                      human_bytes(m.get("peak_mem_bytes")), memory_added(plan, m.get("peak_mem_bytes")),
-                     _loss(m.get("accuracy_loss")), verdict))
+                     _losses(m), verdict))
     return rows
+
+
+def _judged_words(plan: dict) -> str:
+    samples = plan.get("accuracy_samples") or {}
+    if not samples:
+        return "accuracy loss on the validation samples"
+    return (f"accuracy loss judged on {samples.get('judging')} samples ({samples.get('judged_on')}), "
+            f"{samples.get('calibration')} samples calibrated the plans")
+
+
+def _losses(m: dict) -> str:
+    """A plan's accuracy loss, with its loss on the calibration samples where it differs."""
+    held, cal = m.get("accuracy_loss"), m.get("calibration_loss")
+    return _loss(held) + (f" (calibration {_loss(cal)})" if _ok(cal) and _ok(held) and cal != held else "")
 
 
 def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
@@ -303,9 +347,10 @@ def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
     out += _md_table(("#", "action", "what it does", "where"), steps) if actions else \
         ["Nothing: the model runs as the default plan (the normalized graph on the default path)."]
     out += ["", f"## Default vs {_kept(plan)}", "",
-            *_md_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), ""]
+            *_md_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), "", latency_note(plan), ""]
     out += ["## Candidates verified", "",
-            "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs).", ""]
+            "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs); "
+            f"{_judged_words(plan)}.", ""]
     out += _md_table(("plan", "actions", "predicted ms", "measured ms", "predicted memory", "measured memory",
                       "memory vs default (share of the budget)", "accuracy loss", "verdict"), _candidate_rows(plan))
     for title, file in plots:

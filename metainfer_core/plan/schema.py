@@ -130,6 +130,10 @@ class Plan(Record):
     predictor: PredictorRecord | None = None
     weights: dict[str, Any]
     accuracy_bound: Number = None
+    # how many samples calibrated the plans and how many judged their accuracy loss, and where the
+    # judging ones came from (accuracy/holdout.py): "held out of data.inputs", "data.validation",
+    # "random inputs of other seeds", or "the calibration samples" when too few to split
+    accuracy_samples: dict[str, Any] | None = None
     decision: Literal["adapted", "rolled_back", "skipped", "default"]
     reason: str
     actions: list[StepRecord]

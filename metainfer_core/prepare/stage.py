@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from metainfer_core import zoo
-from metainfer_core.accuracy.holdout import SampleSet, split, too_few_note
+from metainfer_core.accuracy.holdout import HOLD_OUT_EVERY, SampleSet, split, too_few_note
 from metainfer_core.accuracy.metric import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.features import model_feature_map
@@ -39,6 +39,7 @@ class Prepared:
     # the samples that judge accuracy loss against the bound (accuracy/holdout.py); None: too few
     # samples to hold any out, the calibration samples judge too (`warnings` says so)
     held_out: SampleSet | None = None
+    judged_on: str = "the calibration samples"     # where the held-out samples came from, in words
     warnings: list[str] = field(default_factory=list)
     # what rewrites compute once per run (int8 calibration ranges: seconds of model runs on a large
     # model), shared by the profile's variants, the search and the accuracy guard
@@ -79,9 +80,9 @@ RANDOM_HELD_OUT_SEED = 1000     # held-out random inputs: seeds apart from the c
 
 def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], labels: np.ndarray | None
               ) -> tuple[tuple[list[dict[str, np.ndarray]], np.ndarray | None],
-                         tuple[list[dict[str, np.ndarray]], np.ndarray | None] | None, list[str]]:
-    """(calibration (feeds, labels), held-out (feeds, labels) or None, warnings): data.validation's
-    samples when given, else every third sample of data.inputs (accuracy/holdout.py); without
+                         tuple[list[dict[str, np.ndarray]], np.ndarray | None] | None, str, list[str]]:
+    """(calibration (feeds, labels), held-out (feeds, labels) or None, where those came from,
+    warnings): data.validation's samples when given, else every third sample of data.inputs (accuracy/holdout.py); without
     data.inputs, random inputs of other seeds."""
     from metainfer_core.normalize.inputs import load_samples, sample_feeds
 
@@ -93,13 +94,16 @@ def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndar
                                  "sample is then held out to judge accuracy).")
         fed = {i.name for i in model.graph.input}
         held, held_labels = sample_feeds(model, load_samples(s.data.validation), s.data.validation, s.data.labels_key)
-        return (feeds, labels), ([{k: v for k, v in f.items() if k in fed} for f in held], held_labels), []
+        return ((feeds, labels), ([{k: v for k, v in f.items() if k in fed} for f in held], held_labels),
+                "data.validation", [])
     if s.data.inputs is None:
         n = max(2, (s.verify.samples + 1) // 2)
-        return (feeds, labels), ([random_feeds(model, seed=s.seed + RANDOM_HELD_OUT_SEED + i) for i in range(n)],
-                                 None), []
+        return ((feeds, labels), ([random_feeds(model, seed=s.seed + RANDOM_HELD_OUT_SEED + i) for i in range(n)],
+                                  None), "random inputs of other seeds", [])
     cal, held = split(feeds, labels)
-    return cal, held, ([] if held is not None else [too_few_note(len(feeds))])
+    if held is None:
+        return cal, None, "the calibration samples", [too_few_note(len(feeds))]
+    return cal, held, f"every {HOLD_OUT_EVERY}rd sample of data.inputs, held out", []
 
 
 def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
@@ -146,15 +150,15 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
         feeds = [{k: v for k, v in f.items() if k in fed} for f in feeds]
     if s.accuracy.metric == "top1" and labels is None:
         progress("accuracy: metric top1 without labels in data.inputs: measuring top-1 agreement with fp32")
-    (feeds, labels), held, warnings = _held_out(s, result.model, feeds, labels)
+    (feeds, labels), held, judged_on, warnings = _held_out(s, result.model, feeds, labels)
     for warning in warnings:
         progress(f"WARNING: accuracy: {warning}")
     reference = run_cpu(result.model, feeds)
     held_out = (SampleSet(held[0], run_cpu(result.model, held[0]), make_loss(s.accuracy.metric, held[1]))
                 if held is not None else None)
     if held_out is not None:
-        progress(f"accuracy: {len(feeds)} calibration sample(s), {len(held_out.feeds)} held out to judge accuracy"
-                 + (f" (data.validation={s.data.validation})" if s.data.validation else ""))
+        progress(f"accuracy: {len(feeds)} calibration sample(s), {len(held_out.feeds)} to judge accuracy "
+                 f"({judged_on}{'=' + str(s.data.validation) if s.data.validation else ''})")
     names = [o.name for o in result.model.graph.output]
     degenerate = degenerate_outputs(reference + (held_out.reference if held_out else []), names)
     if degenerate:
@@ -162,4 +166,4 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
                     make_loss(s.accuracy.metric, labels), time.perf_counter() - t0, held_out=held_out,
-                    warnings=warnings)
+                    judged_on=judged_on, warnings=warnings)

@@ -187,3 +187,25 @@ def test_the_search_line_says_why_it_stopped_short_of_its_depth():
     assert search_text({"levels": 2, "depth": 4, "evaluated": 9, "stopped_by_budget": True}).endswith(
         "stopped by the budget")
     assert "action space ends there" in search_text({"levels": 2, "depth": 4, "evaluated": 9})
+
+
+def test_held_out_and_calibration_losses_and_the_confirmed_latencies_are_shown():
+    plan = json.loads(json.dumps(ROLLED_BACK))
+    plan["accuracy_samples"] = {"calibration": 8, "judging": 4, "judged_on": "every 3rd sample of data.inputs, held out"}
+    plan["candidates"][0]["measured"]["calibration_loss"] = 0.004
+    plan["baseline"]["calibration_loss"] = 0.0
+    md = plan_markdown(plan)
+    assert "| accuracy loss, 4 held-out samples | 0 | 0 | bound 0.01 |" in md
+    assert "| accuracy loss, 8 calibration samples | 0 |" in md
+    assert "| 0.2 (calibration 0.004) |" in md                 # the candidates table: both losses
+    assert "judged on 4 samples (every 3rd sample of data.inputs, held out)" in md
+    assert "Latencies: verify's interleaved rounds." in md
+
+    plan.update(decision="adapted", actions=[_step("int8")])
+    plan["confirmations"] = [{"label": "candidate1", "pays": True, "rounds": 120, "isolated": True, "ratio": 0.8,
+                              "ratio_low": 0.79, "ratio_high": 0.81, "default_ms": 2.0, "plan_ms": 1.6}]
+    text = summary_text(plan)
+    assert "timed alone together in a process of its own, 120 alternating rounds (paired ratio 0.800" in text
+
+    plan.pop("accuracy_samples")       # a plan judged on its calibration samples: one loss row
+    assert "| accuracy loss | 0 | 0 | bound 0.01 |" in plan_markdown(plan)
