@@ -19,8 +19,8 @@ _GENERIC = frozenset(
 
 def default_model_name(path: str | Path) -> str:
     """The file's stem when it names the model; for a generic stem (`model`, `model_int8`), the
-    nearest folder above it that is not generic joined with the stem (`minilm_l6/onnx/model.onnx`
-    -> `minilm_l6_model`); with none, the graph's name when distinctive; else the stem and a
+    nearest folder above it that is not generic joined with the stem (`sentiment_v2/onnx/model.onnx`
+    -> `sentiment_v2_model`); with none, the graph's name when distinctive; else the stem and a
     short hash of the file's absolute path, so two different files never share a name by accident."""
     p = Path(path).resolve()
     stem = _clean(p.stem) or "model"

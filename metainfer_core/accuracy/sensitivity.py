@@ -51,7 +51,7 @@ MIN_PROBES = 8
 # the trace reads as many validation inputs as keep one run's fp32 activations within this (at
 # least one): a large graph's tensors give stable error statistics from one input, while the
 # loss to scale to always comes from every input. Small, because the traced graph exposes two or
-# three copies of each activation per input: on a detector the size of PP-OCR's, three inputs
+# three copies of each activation per input: on a large detector, three inputs
 # made the first precision's table cost most of the search's share
 TRACE_BYTES = 128 << 20
 # what a layer whose low-precision values overflow (inf / NaN) counts as lowered alone: the loss

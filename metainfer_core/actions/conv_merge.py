@@ -6,7 +6,7 @@ chain:    Conv_a(x) -> Conv_b(1x1, stride 1, no pad, group 1)  =>  one Conv with
 siblings: Conv_i(x) sharing the input x, same stride and dilation, group 1  =>  one Conv
           whose output channels are the concatenated outputs, then Split(axis 1). A smaller
           odd kernel is zero-padded to the largest one when its padding centres it (a 1x1
-          pad 0 beside a 3x3 pad 1: a ResNet shortcut beside its block's first conv).
+          pad 0 beside a 3x3 pad 1: a residual shortcut beside its block's first conv).
           MatMuls sharing their input and holding constant weights merge the same way
           (concatenated weight columns, Split on the last axis: the Q/K/V projections).
 

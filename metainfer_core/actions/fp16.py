@@ -5,7 +5,7 @@ ONNX Runtime's converter does with keep_io_types). Legal where the target has a 
 datapath.
 
 Written directly, in one pass: ONNX Runtime's float16 converter walks the graph in Python and
-costs ~0.25 s on a 1000-node graph, too slow to apply inside a search. Ops whose float inputs
+costs a large fraction of a second on a large graph, too slow to apply inside a search. Ops whose float inputs
 are not all data (Resize's roi and scales) or whose types are fixed by attributes (Cast,
 Constant, ConstantOfShape, random generators) stay in fp32 behind the boundary Casts; on
 ONNX Runtime's CPU provider, fp16 ops without an fp16 kernel run in fp32 between Casts the

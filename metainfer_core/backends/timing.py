@@ -3,15 +3,15 @@
 Rounds interleave the graphs (A B C, B C A, C A B ...) so a shared machine's drift, and the
 position within a round, hit all alike. Within a round each graph first runs `settle` times
 untimed, right before its timed run: on ONNX Runtime the first run after another graph's is a
-cold one (weights and activations evicted from the caches) and costs 1.1-6x a back-to-back run
-(bench/warm_vs_cold.py; resnet_tiny interleaved with 206 other plans: 1.21 ms, a second run
-0.50, a third 0.40, back to back 0.38). Cold runs misjudge plans: int8 over fp32 looked 1.02x
-on resnet_tiny and 1.40x on mlp where back to back it is 1.39x and 6.1x, and an fp16 copy
-looked 1.8x faster than the fp32 graph where back to back both take 0.37 ms; they also
-disagree with warm micro-benchmarks. Inference serving runs back to back, so a latency here
+cold one (weights and activations evicted from the caches) and costs up to several times a
+back-to-back run, the second and third runs after a switch close to back to back
+(bench/warm_vs_cold.py; docs/decisions/2026-12-05-measured-reasons-from-docstrings.md). Cold
+runs misjudge plans: they hide most of int8's gain over fp32 and show an fp16 copy faster than
+the fp32 graph where back to back both take the same; they also disagree with warm
+micro-benchmarks. Inference serving runs back to back, so a latency here
 is a warm one. A modeled target has no caches: it gets no settle runs (settle_runs). Nor does a
 graph whose run takes longer than SETTLE_BELOW_MS: what a cold run adds is the caches' refill, a
-fraction of a millisecond to a few, lost in the noise of a long run (a 0.5 s U-Net and its 70 ms
+fraction of a millisecond to a few, lost in the noise of a long run (a slow model and its
 OpenVINO plan time alike with 0 or 2 settle runs), while settle runs would triple its timing."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from metainfer_core.backends.base import Backend, Compiled
 
-SETTLE = 2      # untimed runs before each timed one (a third run is within ~4 % of back to back)
+SETTLE = 2      # untimed runs before each timed one (a third run is close to back to back)
 SETTLE_BELOW_MS = 50.0      # ...for graphs that run faster than this
 REPS_BUDGET_MS = 120     # a micro-benchmark's timed runs aim at about this much in all...
 MIN_REPS = 7             # ...but never fewer runs than this (the median and p10/p90 need a few)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 # never trust a latency gain below 3 %, whatever one verify's statistics say: two sessions of the same
-# graph created at different times run up to ~3 % apart, so a smaller gain does not carry to a deployment
+# graph created at different times run a few % apart, so a smaller gain does not carry to a deployment
+# (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
 MIN_GAIN = 0.03
 BOOTSTRAP = 400
 

@@ -210,7 +210,7 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
         c = confirm(timer, backend, default, verified.plans[d.chosen].model, feed, label, d.basis)
         tried.append(c)
         if c.pays:
-            d.reason = _confirmed_reason(d, verified.candidates[d.chosen], verified.baseline, c, tried[:-1])
+            d.reason = _confirmed_reason(d, c, tried[:-1])
             d.verdicts[label] += f"; confirmed alone with the default: {c.words()}"
             break
         excluded[d.chosen] = (f"paid in verify's rounds ({verified.candidates[d.chosen].latency_ms:.4g} ms vs default "
@@ -227,8 +227,7 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
     return d, (verified.plans[d.chosen] if d.chosen is not None else None)
 
 
-def _confirmed_reason(d: Decision, chosen: Verified, baseline: Verified, c: Confirmation,
-                      failed: list[Confirmation]) -> str:
+def _confirmed_reason(d: Decision, c: Confirmation, failed: list[Confirmation]) -> str:
     """decide()'s reason with the confirmation's figures first (the ones a deployment gets)."""
     head = (f"{c.label} confirmed alone with the default at {c.plan_ms:.4g} ms vs {c.default_ms:.4g} ms "
             f"({c.default_ms / c.plan_ms:.2f}x, paired ratio {c.ratio:.3f}, 95% bound {c.ratio_high:.3f}, "

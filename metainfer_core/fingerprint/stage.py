@@ -26,8 +26,8 @@ def profiling_variants(s: Settings, prepared: Prepared, backend: Backend,
     action again on top of each low-precision variant (int8 kernels fused, tiled or
     channels-last exist only there), so the library holds the kernels the search will ask the
     predictor about. The profiler measures each distinct kernel once. None is rewritten past
-    `deadline` (time.perf_counter()): on a 521-node layout detector the rewrites alone took
-    twice the profile's share and left the search seconds."""
+    `deadline` (time.perf_counter()): on a large detector the rewrites alone took more than
+    the profile's share and left the search seconds."""
     ctx = ActionContext(target=backend.info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     space = s.action_space.domains()
 

@@ -297,7 +297,7 @@ def set_repeated(field, items: list) -> None:  # type: ignore[no-untyped-def]
     field.extend(items)
 
 
-# Kept over onnx_ir's Graph.sort: the same job, but its IR round trip costs ~25x this sort, and a cycle must name its node.
+# Kept over onnx_ir's Graph.sort: the same job, but its IR round trip costs many times this sort, and a cycle must name its node.
 def topological_sort(model: onnx.ModelProto) -> onnx.ModelProto:
     """Main-graph nodes ordered so each follows the producers of what it reads; stable: among
     ready nodes the earliest comes first, so an already valid order is kept as it is."""

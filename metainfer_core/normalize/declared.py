@@ -2,7 +2,7 @@
 contradicts what the graph computes (by ONNX shape inference, or where inference cannot follow,
 by an ONNX Runtime run) is replaced by the computed one, with a warning naming the tensor, so a
 stale declaration never stops a strict check. Exporters write stale ones, whatever way the graph
-computes the shape: a CRNN declares [1, 'seqlen'] for a [T, 1, C] output reshaped to a target
+computes the shape: a text recognizer may declare [1, 'seqlen'] for a [T, 1, C] output reshaped to a target
 built from Shape/Gather/Concat arithmetic."""
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ is unchanged, the absolute numbers the budget and the report use are the target'
 
 Timed as verify times (warm, interleaved rounds of one run each, the median), over about a
 second whatever the model's size: a fast model's rounds are single runs of tens of
-microseconds, and ten of them (the former cap, a fraction of a millisecond in all) moved by a
-fifth between two timings of the same graph; a fresh session's first runs (allocator growth)
+microseconds, and ten of them (the former cap, a fraction of a millisecond in all) moved by
+far more than an anchor may between two timings of the same graph; a fresh session's first runs (allocator growth)
 are slower than the later ones verify times, so a few warm-up runs come first."""
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from metainfer_core.backends.timing import interleaved, runs_per_sample, settle_
 
 TIMED_MS = 1000.0      # timed runs aim at about this much in all
 # a lossy graph's family timed during the search: an anchor needs ~10 %, and these seconds come
-# out of the search's budget (timed at 1 s, 11 families took 13 s of ppocr_rec's)
+# out of the search's budget (timed as long as the default, a model with many families spent
+# a large part of its budget on them; docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
 FAMILY_TIMED_MS = 300.0
 MIN_ROUNDS, MAX_ROUNDS = 3, 200
 

@@ -287,7 +287,7 @@ class _Search:
     def _rewrite_s(self, action, params) -> float:
         """What the rewrite and scoring alone likely cost: an outside quantizer calibrates (it
         runs the graph), a plain rewrite does not, and one must not price the other; nor one
-        quantizer another (NNCF's apply took 17-21 s on a CRNN where ONNX Runtime's took 2)."""
+        quantizer another (NNCF's apply can take several times ONNX Runtime's on the same graph)."""
         sort = _calibration(action, params)
         return self.fresh_s.get(sort, self.fresh_s[CALIBRATES]) if sort else self.warm_s
 
@@ -360,8 +360,8 @@ class _Search:
         """The unchanged graph bound to each execution path the target offers, scored before
         anything else: what a user would try instead (OpenVINO beside ONNX Runtime) is the floor
         a plan must beat, and a budget spent on a large graph's rewrites must not leave it
-        unscored (a layout detector's search, left 8 s by its profile, scored four tilings and
-        kept the default where OpenVINO ran it 1.35x faster). Its path ratio is re-used by every
+        unscored (a large graph's search, left little by its profile, scored only tilings and
+        kept the default where OpenVINO ran it clearly faster). Its path ratio is re-used by every
         float graph bound there later; the dive and the widening find these children made."""
         frontier: list[Candidate] = []
         self.level = 1
@@ -654,9 +654,9 @@ def _outside(kind: tuple) -> bool:
 
 def _explorers(best_of_kind: dict[tuple, Candidate], top: list[Candidate], evaluator: Evaluator, explore: int,
                round_ms: float, result: SearchResult, end: float = float("inf")) -> list[Candidate]:
-    """Past `end` no exact check starts, but one for an outside quantizer's plan: on a text
-    detector the search's last seconds went to the unchanged graph's binding and ONNX Runtime's
-    quantize_static plan (1.5x there, the fastest peer's own graph) was left unverified."""
+    """Past `end` no exact check starts, but one for an outside quantizer's plan: on some models
+    the search's last seconds went to the unchanged graph's binding and ONNX Runtime's
+    quantize_static plan (there the fastest peer's own graph) was left unverified."""
     have = {kind_of(c) for c in top}
     out: list[Candidate] = []
     late = 0
@@ -701,10 +701,10 @@ def _exact_top(pool: list[Candidate], default: Candidate, evaluator: Evaluator, 
                result: SearchResult, end: float = float("inf")) -> list[Candidate]:
     """The first `top_k` of `pool` (in the order to verify them) better than the default, with
     exact accuracy for the lossy ones (those not checked by `end` are left out, but until one
-    lossy plan passed its check, a few are checked past it: on PP-OCR's detector the last
+    lossy plan passed its check, a few are checked past it: on a large detector the last
     expansions, outside quantizers calibrating, overran into the checks' share, and the search's
-    best plans, int8 keeping layers float, 1.5x where the lossless one kept was 1.3x, were
-    dropped unchecked)."""
+    best plans, int8 keeping layers float and faster than the lossless one kept, were dropped
+    unchecked)."""
     top: list[Candidate] = []
     checks = late = 0
     for c in pool:

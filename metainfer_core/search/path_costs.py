@@ -9,8 +9,8 @@ dynamically quantized ones apart) and
 graphs holding 16-bit floats run through different kernels on each runtime (OpenVINO runs QDQ
 graphs as int8, its precision hint applies to the float parts), so each class gets its own
 ratio (int8 one per set of quantized op types and activation sign, 16-bit graphs one per set of op
-types computing in 16 bits: ONNX Runtime, the ratio's base, runs an fp16 scope of all 2-3x
-slower than one of compute, OpenVINO runs both at its own precision); the first graph of a class
+types computing in 16 bits: ONNX Runtime, the ratio's base, runs an fp16 scope of all
+several times slower than one of compute, OpenVINO runs both at its own precision); the first graph of a class
 the search binds stands for the class. A path that fails on a graph is remembered with its reason,
 and candidates bound to it are pruned with that reason."""
 from __future__ import annotations
@@ -32,8 +32,9 @@ from metainfer_core.ir.directives import INT8_ENGINE_KEY, PATH_KEY, model_meta
 
 ROUNDS = 5             # paired rounds timing one (path, graph class), where BUDGET_MS allows...
 BUDGET_MS = 3000
-# ...and more where they are cheap: five pairs of a 3 ms graph put its OpenVINO ratio anywhere
-# within +-12 % (f32 and bf16 then ranked by noise), twenty within +-5 %, in a third of a second
+# ...and more where they are cheap: five pairs of a fast graph leave its OpenVINO ratio too noisy
+# to rank f32 against bf16, twenty do not and still cost well under a second
+# (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
 MAX_ROUNDS, CHEAP_MS = 20, 400
 PLAIN_KEPT = 4         # plain graphs kept compiled (sessions of large graphs hold their weights)
 BOUND_KEPT = 8         # bound graphs' validation outputs kept (an exact check re-uses them)
@@ -138,7 +139,7 @@ class PathCosts:
 
     def run(self, model: onnx.ModelProto) -> list[list[np.ndarray]]:
         """The validation outputs of `model` on its own path (those of a graph this measured
-        re-used: compiling a QDQ graph on OpenVINO takes 1-4 s on a CRNN, the runs milliseconds)."""
+        re-used: compiling a QDQ graph on OpenVINO can take seconds, the runs milliseconds)."""
         outputs = self._outputs.get((_digest(unbound(model)), ExecutionPath.of(model)))
         if outputs is None:
             c = self.backend.compile(model)
@@ -192,8 +193,8 @@ class PathCosts:
             added = self.loss_fn(self.reference, outputs) - plain_loss
             base, there = interleaved([plain, bound], [self.feeds[0]] * 2, rounds, settle)
         except Exception as exc:  # noqa: BLE001 - a path that cannot run this graph prunes its candidates only
-            # the graph still anchors its plans on the default path (silero's fp16 graphs, which
-            # OpenVINO rejects, were predicted 3x slow there)
+            # the graph still anchors its plans on the default path (else fp16 graphs that OpenVINO
+            # rejects were predicted several times too slow there)
             plain_ms = float(np.median(interleaved([plain], [self.feeds[0]], rounds, settle)[0])) \
                 if plain is not None else float("nan")
             spent = time.perf_counter() - t0
@@ -209,8 +210,8 @@ class PathCosts:
         """`model` compiled on its path and its validation outputs there. The same graph bound to
         each other path not yet measured for its class compiles beside it (the search binds a
         graph to every path offered, one after the other, and OpenVINO compiles largely on one
-        core: a CRNN's int8 graph took 8.4-9.0 s to compile for f32 then bf16, 5.6-5.8 s side by
-        side); all are compiled before anything is timed. digest: the unbound graph's."""
+        core: two paths' compiles side by side take clearly less than one after the other);
+        all are compiled before anything is timed. digest: the unbound graph's."""
         ready = self._ready.pop((digest, ExecutionPath.of(model)), None)
         if ready is not None:
             return ready
@@ -234,7 +235,7 @@ class PathCosts:
     def _on_default_path(self, model: onnx.ModelProto, digest: str) -> tuple:
         """The graph compiled on the default path, its loss on the validation inputs and its ms
         per run; kept per graph, since each path the search binds one graph to is timed against
-        the same plain graph (a 0.5 s model's validation runs are seconds). digest: `model`'s."""
+        the same plain graph (a slow model's validation runs take seconds). digest: `model`'s."""
         if digest not in self._plain:
             plain = self.backend.compile(model)
             known = self._known.get(digest)
@@ -242,8 +243,8 @@ class PathCosts:
             outputs = known if known is not None else [plain.run(f) for f in self.feeds]
             run_ms = (time.perf_counter() - t_run) * 1e3 / len(self.feeds)     # replaced below where known
             if known is not None or len(self.feeds) < MIN_WARM:
-                # else its first runs are its ratio's base: captcha's int8 graph, its outputs
-                # known, had its OpenVINO plans predicted at 0.57 of what they ran in
+                # else its first runs are its ratio's base: an int8 graph whose outputs were
+                # known had its OpenVINO plans predicted well below what they ran in
                 run_ms = warm_up(plain, self.feeds[0])
             _keep(self._plain, digest, (plain, self.loss_fn(self.reference, outputs), run_ms), PLAIN_KEPT)
         return self._plain[digest]

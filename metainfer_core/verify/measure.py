@@ -143,8 +143,8 @@ def verify(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: l
             res.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
             compiled.append(None)
     live = [(c, res) for c, res in zip(compiled, results) if c is not None]
-    # sessions created later run a few % faster on ONNX Runtime (measured: an A/A copy of the
-    # default, created after it, ~3 % faster), so the default is also compiled last and its
+    # sessions created later run a few % faster on ONNX Runtime (an A/A copy of the default,
+    # created after it, ran faster than the default), so the default is also compiled last and its
     # two sessions' times are averaged per round
     late = _late_twin(backend, models[0][1], feeds, twin_warmup) if len(live) > 1 and compiled[0] is not None else None
     if late is not None:

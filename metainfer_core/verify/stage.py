@@ -84,7 +84,7 @@ def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, 
     every plan (each timed run after its settle runs; the default twice: verify's late twin),
     after each plan's accuracy runs on the validation inputs and its warm-up, would overrun the
     verify allowance (predicted latencies); more, up to verify.max_runs, where they fit in half
-    of it: on a model of a few ms, 20 rounds left two plans 4 % apart ranked by noise (the
+    of it: on a fast model, the usual rounds left two plans a few % apart ranked by noise (the
     slower one chosen), and there more rounds cost seconds."""
     ms = [c.latency_ms for c in [default, default, *plans] if c is not None and c.latency_ms == c.latency_ms]
     per_round_s = sum(m * runs_per_sample(m) for m in ms) / 1e3

@@ -75,7 +75,7 @@ class GraphBuilder:
                        pads=[k // 2] * 4, group=group)
 
     def conv_transpose(self, x: str, cin: int, cout: int) -> str:
-        """A 2x2 stride-2 ConvTranspose with bias: a U-Net decoder's upsampling."""
+        """A 2x2 stride-2 ConvTranspose with bias: a segmentation decoder's upsampling."""
         name = self.unique("ConvTranspose")
         w = self.param(f"{name}.weight", self.he((cin, cout, 2, 2), cin))
         bias = self.param(f"{name}.bias", self.small((cout,)))

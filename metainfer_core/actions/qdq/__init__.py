@@ -1,6 +1,6 @@
 """Static int8 quantization in QDQ form (the format of ONNX Runtime's quantize_static), written
 directly: one pass over the graph, linear in its size. ONNX Runtime's own tool is quadratic in
-the node count (about 13 s for a 1000-node graph), too slow to apply inside a search.
+the node count (seconds on a large graph), too slow to apply inside a search.
 
 Calibration (calibration.py) keeps one range per float activation; the scales and zero points
 come from those ranges and the weights (params.py); the rewrite (rewrite.py) writes the form.

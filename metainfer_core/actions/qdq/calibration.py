@@ -69,8 +69,8 @@ def calibrate(model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]], method
     runs = exposed_runs(model, names, feeds, {t: _F32 for t in names},
                         optimization=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     if method == "MinMax":
-        # reduced one input at a time, exactly: holding every input's intermediates took 8 GB
-        # (and minutes of fresh pages) on an 800x608 layout detector
+        # reduced one input at a time, exactly: holding every input's intermediates took
+        # gigabytes (and minutes of fresh pages) on a large detector
         lo: dict[str, float] = {}
         hi: dict[str, float] = {}
         for run in runs:

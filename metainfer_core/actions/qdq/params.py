@@ -29,8 +29,9 @@ def symmetric_act_params(r: Range) -> tuple[np.ndarray, np.ndarray]:
 def concat_act_params(r: Range) -> tuple[np.ndarray, np.ndarray]:
     """symmetric_act_params for the inputs a Concat joins, with a signed range written as uint8
     with zero point 128: the same grid as int8 with zero point 0 (ONNX Runtime computes the same
-    values), but OpenVINO's CPU plugin concatenates signed int8 data wrongly on some CPUs (an
-    AVX2 one: 15 % error behind one Concat, PP-OCR's detector unusable) and uint8 correctly."""
+    values), but OpenVINO's CPU plugin concatenates signed int8 data wrongly on some CPUs (AVX2
+    ones: a large error behind one Concat, enough to make a detector unusable) and uint8
+    correctly (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)."""
     s, z = symmetric_act_params(r)
     return (s, np.array(128, np.uint8)) if z.dtype == np.int8 else (s, z)
 
@@ -63,9 +64,8 @@ def weight_quant(w: np.ndarray, axis: int | None, qtype: str, min_scale: np.ndar
 
 # per_channel="auto": a weight keeps one scale per output channel only where its channels'
 # ranges differ by more than this (largest channel abs-max over the median one); elsewhere one
-# scale loses little and integer kernels can run faster (ONNX Runtime on the 2-core build cpu,
-# bench/per_tensor_weights.py: the zoo mlp's QGemm chain 0.0227 -> 0.0165 ms, the other zoo
-# models within 2 % of per channel; accuracy effect between per channel's and per tensor's)
+# scale loses little and integer kernels can run faster on some models (bench/per_tensor_weights.py;
+# docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
 AUTO_SPREAD = 2.0
 
 

@@ -226,7 +226,7 @@ class _Rewrite:
     def bias_floor(self, n: onnx.NodeProto, b_name: str, x_scale: np.float64) -> np.ndarray:
         """The smallest weight scale per output channel that keeps round(bias / (input scale x
         weight scale)) inside int32. It only binds for a near-zero weight channel beside a real
-        bias (PP-OCR's detector has some), whose weights then quantize to zero: a 1e-12 error
+        bias (some detectors have them), whose weights then quantize to zero: a 1e-12 error
         instead of a wrapped int32 bias."""
         b = np.abs(numpy_helper.to_array(self.inits[b_name]).astype(np.float64))
         floor = b / (x_scale * _BIAS_LIMIT)

@@ -14,7 +14,7 @@ import onnx
 from metainfer_core.ir.graph_utils import clone, set_repeated
 
 
-# Kept over onnx_ir's RemoveInitializersFromInputsPass: the same result, but its IR round trip costs 50x this pass.
+# Kept over onnx_ir's RemoveInitializersFromInputsPass: the same result, but its IR round trip costs many times this pass.
 def run(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     weights = {t.name for t in model.graph.initializer}
     if model.ir_version < 4 or not any(i.name in weights for i in model.graph.input):

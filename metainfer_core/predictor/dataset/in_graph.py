@@ -36,9 +36,9 @@ from metainfer_core.predictor.features.graph_context import in_context
 KEY = "in_graph"
 NCHWC = "_nchwc"
 TOKEN = re.compile(r"_token_\d+$")
-# profiled rounds over all plans: a profiled run costs ~10 plain ones and each round runs every plan
-# SETTLE + 1 times. flows/train.py target=cpu end to end, one run each: 3 rounds 105 s (LOMO Spearman
-# 0.77), 4 rounds 123 s (0.81), 5 rounds 136 s (0.83): training is to stay under 2 minutes
+# profiled rounds over all plans: a profiled run costs many plain ones and each round runs every plan
+# SETTLE + 1 times. More rounds rank a little better but lengthen training, which is to stay under
+# 2 minutes (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
 PROFILE_RUNS = 3
 QUANTILE = 0.1          # per node over the rounds: the machine's own cost (see labels.py)
 FLOOR_US = 0.5          # a kernel fused into another costs nothing of its own; logs need a floor
@@ -171,10 +171,10 @@ def _whole_us(run: dict) -> float:
 
 def to_whole(profiled: dict, whole_us: float, overhead_us: float) -> np.ndarray:
     """A run's kernel times made to add up to the run itself minus its overhead: the profiler
-    adds a few us to every node it times (fitted on the zoo's 207 plans: ~2.3 us a node; bert's
-    profile summed to 1.6x its run), so the excess comes off the kernels that have a time,
-    equally, and what remains is scaled to the run's own time (leave-one-model-out on cpu, one
-    library: 30.7 -> 22.6 % MAPE, mean Spearman 0.57 -> 0.82)."""
+    adds a few us to every node it times (run_overhead_us; a deep model's profile can sum to well
+    over its run), so the excess comes off the kernels that have a time, equally, and what
+    remains is scaled to the run's own time (better leave-one-model-out MAPE and rank
+    correlation on cpu: docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)."""
     us = np.array(profiled["kernel_us"], dtype=np.float64)
     target = max(whole_us - overhead_us, FLOOR_US)
     timed = us > FLOOR_US

@@ -1,5 +1,5 @@
 """The predictor of a new fingerprint version, fine-tuned from the previous version's instead of
-trained from nothing (issue 8): re-profiling re-measures only the kernels that drifted, and
+trained from nothing: re-profiling re-measures only the kernels that drifted, and
 the previous predictor already knows the rest, plus the model-level correction it learned from
 whole-model runs, which the new version has none of yet.
 

@@ -7,7 +7,7 @@ a bounded ratio (op efficiency, fusion) and a kernel larger than any in the trai
 still scaled by its own compute and traffic. Targets without spec figures (measured: cpu)
 get a hint of the same kind fitted on the micro-benchmarks alone: hint = c + flops * f +
 bytes * b per op class (convolution/matmul anchors, everything else), so that a kernel larger
-than any measured (a U-Net's full-resolution convolutions) is not capped at the largest leaf.
+than any measured (a segmentation network's full-resolution convolutions) is not capped at the largest leaf.
 
 A contextual model (measured targets, whose whole-model runs come with the runtime's per-node
 profile: in_graph) also sees each kernel's place in its graph (graph_context) and learns from
@@ -32,16 +32,15 @@ from metainfer_core.predictor.features.target_join import (CAT_FEATURES, CONTEXT
 LATENCY_PARAMS = dict(iterations=600, depth=6, learning_rate=0.1, loss_function="RMSE", random_seed=0,
                       verbose=False, thread_count=2, allow_writing_files=False)
 # A contextual model (measured targets) learns in-graph times of a handful of zoo models: shallow,
-# strongly regularised trees fit each one's quirks less (leave-one-model-out on cpu, 4 libraries x
-# 2 seeds, mean Spearman: depth 6 / l2_leaf_reg 3 (CatBoost's default) 0.783, MAPE 25.8 %; depth 6 /
-# l2 10 0.811; depth 4 / l2 3 0.804; depth 4 / l2 10 0.807, MAPE 25.3 %, fits 40 % faster, which keeps
-# training under 2 minutes; l2 1: 0.771). They override conf/predictor's depth. A simulator's clean
-# labels want the deeper default trees (fpga, depth 4: 88 % of plans within +-10 % instead of 95 %).
+# strongly regularised trees fit each one's quirks less (they rank held-out models better than
+# CatBoost's default depth and l2_leaf_reg, and fit faster, which keeps training under 2 minutes).
+# They override conf/predictor's depth. A simulator's clean labels want the deeper default trees
+# (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md).
 CONTEXTUAL_PARAMS = dict(depth=4, l2_leaf_reg=10.0)
 MEMORY_PARAMS = dict(LATENCY_PARAMS, iterations=200)
 # weight of a micro-benchmark row beside in-graph rows (contextual models): they still teach
-# how cost scales with shape, but whole graphs are predicted from in-graph rows (leave-one-
-# model-out on cpu: 1.0 -> 22.8 % MAPE, 0.02 -> 20.9 %)
+# how cost scales with shape, but whole graphs are predicted from in-graph rows (a small weight
+# predicts held-out models better than an equal one)
 STANDALONE_WEIGHT = 0.02
 
 
@@ -59,8 +58,8 @@ def _group(df: pd.DataFrame) -> np.ndarray:
 
 def _measured_group(df: pd.DataFrame) -> np.ndarray:
     """Op class and precision: an int8 or fp16 kernel's cost per flop and per byte differs from
-    an fp32 one's by several times (leave-one-model-out on cpu, one library: 24.2 -> 22.6 % MAPE,
-    mean Spearman 0.73 -> 0.82 with the precision in the group)."""
+    an fp32 one's by several times (with the precision in the group, held-out models are
+    predicted and ranked better)."""
     klass = np.where(df["primary_op"].isin(ANCHORS).to_numpy(), MEASURED + "anchor", MEASURED + "other")
     return np.char.add(np.char.add(klass.astype(str), ":"), df["dtype"].astype(str).to_numpy().astype(str))
 

@@ -1,12 +1,11 @@
 """Which latency statistic the predictor learns from and is judged on.
 
 A measured target shares its machine: other processes only ever add time to a run, and how
-much changes from minute to minute. On the 2-core build machine under load (load average
-5-8), the median of 30 interleaved (then cold) runs of the 207 zoo plans moved by 23 % on
-average when timed again a few minutes later (37 % of plans within +-10 %), the 10th
-percentile by 10 % (69 % within). With warm runs (timing.py) on the idle machine: median
-2.8 % (99 % within), 10th percentile 2.3 % (100 %); bench/predictor.py --retest reports this
-on the spot. So on measured targets the predictor learns and is scored on the 10th
+much changes from minute to minute. On a loaded machine, the median of a plan's runs moves
+far more between two timings a few minutes apart than its 10th percentile does; with warm
+runs (timing.py) on an idle machine both are stable
+(docs/decisions/2026-12-05-measured-reasons-from-docstrings.md); bench/predictor.py --retest
+reports this on the spot. So on measured targets the predictor learns and is scored on the 10th
 percentile (the machine's own cost, with fewer interruptions in it), of micro-benchmarks and
 whole-model runs alike. A modeled target's noise is symmetric model noise:
 the median. Calibration (drift of measured/predicted over verify runs) keeps comparing
