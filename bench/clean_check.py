@@ -252,16 +252,23 @@ def plan_key(plan: dict) -> tuple:
 
 
 def within_noise(a: dict | None, b: dict | None) -> bool | None:
-    """Two clean checks' paired ratios are equal within noise: their bootstrap intervals
-    [ratio_low, ratio_high] overlap. None when either has no interval."""
+    """Two clean checks' speed-ups are equal within noise: their paired ratios' bootstrap intervals
+    [ratio_low, ratio_high] overlap, or the speed-ups differ by less than the decision's noise
+    bound (decide/noise.py MIN_GAIN: two sessions of one graph, or one graph in two processes,
+    run up to that far apart, however tight each one's interval). None when either has no
+    interval."""
+    from metainfer_core.decide.noise import MIN_GAIN
+
     if not a or not b or any(x.get(k) is None for x in (a, b) for k in ("ratio_low", "ratio_high")):
         return None
-    return max(a["ratio_low"], b["ratio_low"]) <= min(a["ratio_high"], b["ratio_high"])
+    overlap = max(a["ratio_low"], b["ratio_low"]) <= min(a["ratio_high"], b["ratio_high"])
+    close = bool(a.get("speedup") and b.get("speedup") and abs(a["speedup"] / b["speedup"] - 1) < MIN_GAIN)
+    return overlap or close
 
 
 def compare_twice(plan_a: dict, plan_b: dict, clean_a: dict | None = None, clean_b: dict | None = None) -> dict:
-    """Two adapts of one model: {agree (same plan_key), decisions, within_noise (their clean paired
-    ratios' intervals overlap), clean_speedups}."""
+    """Two adapts of one model: {agree (same plan_key), decisions, within_noise (their clean
+    speed-ups equal within noise), clean_speedups}."""
     return {"agree": plan_key(plan_a) == plan_key(plan_b),
             "decisions": [plan_a.get("decision"), plan_b.get("decision")],
             "within_noise": within_noise(clean_a, clean_b),

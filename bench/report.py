@@ -165,8 +165,8 @@ def twice_line(models: list[dict]) -> str:
     s = twice_summary(models)
     noise = sum(1 for _, _, w in s["disagree"] if w)
     return (f"**two adapts agree: {s['agree']} of {s['compared']}**" + (
-        f"; of the {len(s['disagree'])} that disagree, {noise} differ by less than the noise bound (the clean "
-        "paired ratios' bootstrap intervals overlap)" if s["disagree"] else "")
+        f"; of the {len(s['disagree'])} that disagree, {noise} differ by less than the noise bound (clean "
+        "speed-ups within 3 % or their paired ratios' bootstrap intervals overlapping)" if s["disagree"] else "")
             + (f"; {s['failed']} second adapts failed" if s["failed"] else ""))
 
 

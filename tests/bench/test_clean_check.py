@@ -67,6 +67,9 @@ def test_two_adapts_agree_on_the_same_plan_or_both_keeping_the_default():
     assert clean_check.within_noise(narrow, {"ratio_low": 0.715, "ratio_high": 0.73}) is True
     assert clean_check.within_noise(narrow, {"ratio_low": 0.98, "ratio_high": 1.01}) is False
     assert clean_check.within_noise(narrow, {"error": "x"}) is None
+    apart = {"ratio_low": 0.73, "ratio_high": 0.74}      # tight intervals apart, speed-ups 2 % apart
+    assert clean_check.within_noise(narrow, apart | {"speedup": 1.372}) is True
+    assert clean_check.within_noise(narrow, apart | {"speedup": 1.35}) is False
     t = clean_check.compare_twice(a, _plan("rolled_back"), narrow, {"ratio_low": 0.98, "ratio_high": 1.01,
                                                                      "speedup": 1.0})
     assert t == {"agree": False, "decisions": ["adapted", "rolled_back"], "within_noise": False,
@@ -125,7 +128,8 @@ def test_the_two_adapts_table_counts_agreements_and_noise():
     assert "| b |" in lines[3] and "rolled_back, default kept | **no** | 1.02x / 1.00x | yes |" in lines[3]
     assert "failed (exit 1): Traceback" in lines[4]
     assert lines[-1] == ("**two adapts agree: 1 of 2**; of the 1 that disagree, 1 differ by less than the noise "
-                         "bound (the clean paired ratios' bootstrap intervals overlap); 1 second adapts failed")
+                         "bound (clean speed-ups within 3 % or their paired ratios' bootstrap intervals overlapping); "
+                         "1 second adapts failed")
 
 
 def test_a_missing_run_folder_is_an_error_not_an_exception(tmp_path):
