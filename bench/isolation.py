@@ -56,14 +56,19 @@ def _backend():
     return create_backend(conf["_target_"], conf["name"], conf["measurement"], conf["spec"], 0)
 
 
-def _feed(model: onnx.ModelProto, npz: str | None) -> dict:
+def _bound(model: onnx.ModelProto, npz: str | None) -> tuple[onnx.ModelProto, dict]:
+    """The model with its symbolic dims bound to the first sample's shape (as adapt binds
+    them), and that sample; without samples, the model and a seeded random input."""
     if npz:
-        from metainfer_core.normalize.inputs import load_samples, sample_feeds
+        from metainfer_core.normalize.inputs import load_samples, sample_feeds, sample_shapes
+        from metainfer_core.normalize.shapes import bind_input_shapes
 
-        return sample_feeds(model, load_samples(npz), npz, "labels")[0][0]
+        samples = load_samples(npz)
+        model = bind_input_shapes(model, sample_shapes(model, samples, None)[0])
+        return model, sample_feeds(model, samples, npz, "labels")[0][0]
     from metainfer_core.ir.tensors import random_feeds
 
-    return random_feeds(model, seed=0)
+    return model, random_feeds(model, seed=0)
 
 
 def _leftovers(backend, model: onnx.ModelProto, feed: dict, k: int) -> list:
@@ -163,8 +168,8 @@ def main(argv: list[str]) -> int:
         else:
             print(f"unknown option {flag}\n{__doc__}", file=sys.stderr)
             return 2
-    model = onnx.load(path)
-    out = measure(model, _feed(model, npz), repeats, leftovers)
+    model, feed = _bound(onnx.load(path), npz)
+    out = measure(model, feed, repeats, leftovers)
     print(f"\n{Path(path).name}: {repeats} repeats, {leftovers} leftover OpenVINO models and ORT sessions, "
           f"busy {BUSY_SHARE:.0%} of a core\n")
     print("\n".join(table(out)))
