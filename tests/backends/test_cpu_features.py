@@ -31,18 +31,7 @@ def x86(flags: str, model_name: str | None = "AMD EPYC", family: int = 25, model
     return "\n".join(block.format(n=n) for n in range(2))
 
 
-ARM = """processor\t: 0
-BogoMIPS\t: 2000.00
-Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop \
-sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 sveaes svepmull \
-svebitperm svesha3 svesm4 flagm2 frint svei8mm svebf16 i8mm bf16 dgh rng bti
-CPU implementer\t: 0x41
-CPU architecture: 8
-CPU variant\t: 0x0
-CPU part\t: 0xd4f
-CPU revision\t: 0
-
-processor\t: 1
+_ARM_BLOCK = """processor\t: {n}
 BogoMIPS\t: 2000.00
 Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc dcpop \
 sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg dcpodp sve2 sveaes svepmull \
@@ -53,6 +42,7 @@ CPU variant\t: 0x0
 CPU part\t: 0xd4f
 CPU revision\t: 0
 """
+ARM = "\n".join(_ARM_BLOCK.format(n=n) for n in range(2))   # a two-processor Arm host
 
 
 @pytest.fixture
