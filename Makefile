@@ -23,7 +23,7 @@ adapt: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# the benchmark suite: artifacts/bench/report.md, plots, MLflow runs, README results block
+# the benchmark suite: artifacts/bench/report.md, plots, MLflow runs, the results block in docs/benchmarks.md
 bench: $(STAMP)
 	$(BIN)/python -m bench.suite $(ARGS)
 

@@ -1,2 +1,2 @@
 """The benchmarks: libraries (corpus, peers, ort_baselines, modelset, report, ...) and the command
-lines run as `python -m bench.<name>` from the repository root (README, section Benchmarks)."""
+lines run as `python -m bench.<name>` from the repository root (docs/benchmarks.md)."""

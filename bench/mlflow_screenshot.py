@@ -1,4 +1,4 @@
-"""The README's MLflow screenshot: one zoo model adapted on two targets into a temporary store
+"""The MLflow screenshot in docs/plan-json.md: one zoo model adapted on two targets into a temporary store
 (one experiment per model), `mlflow ui` started on it, and the experiment's runs table, with the
 columns that compare targets (target, plan, speed-up, latency, loss), captured in headless
 Chromium over its DevTools protocol.

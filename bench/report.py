@@ -1,4 +1,4 @@
-"""The suite's Markdown report and the README results block, rendered from the suite's
+"""The suite's Markdown report and the results block of docs/benchmarks.md, rendered from the suite's
 results dict (results.json): plain functions, no measuring here, so they are tested alone."""
 from __future__ import annotations
 
@@ -567,7 +567,8 @@ def _latency_speedup(m: dict) -> str:
 
 
 def readme_block(results: dict, report_path: str) -> str:
-    """The compact table that goes between the README markers: every model (zoo, PP-OCR, corpus),
+    """The compact table that goes between the markers in docs/benchmarks.md (the name
+    `readme_block` is kept from when the block lived in README.md): every model (zoo, PP-OCR, corpus),
     a failed one included, and a last row of geometric means of every column."""
     h, limit = headline(results), max_loss(results)
     lines = [BEGIN, f"Last run {results['date']} on {results['machine']['cpu']} ({results['machine']['cores']} cores, "
@@ -631,6 +632,6 @@ def readme_block(results: dict, report_path: str) -> str:
 def replace_block(text: str, block: str) -> str:
     """Swap the marked block for `block`; the markers must appear once each, in order."""
     if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"README must hold exactly one {BEGIN} ... {END} block (found {text.count(BEGIN)} begin and "
-                         f"{text.count(END)} end markers); restore the Benchmarks section's markers and rerun.")
+        raise ValueError(f"docs/benchmarks.md must hold exactly one {BEGIN} ... {END} block (found {text.count(BEGIN)} begin and "
+                         f"{text.count(END)} end markers); restore the results block's markers there and rerun.")
     return re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, count=1, flags=re.S)

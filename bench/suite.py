@@ -15,7 +15,7 @@ from peaks measured in the same run. Then predictor accuracy, search scaling and
 cost (the other bench/ scripts' functions).
 Writes artifacts/bench/report.md (one peers table over every model, geo-means, the 3 % goal:
 meta-infer / fastest peer within accuracy.max_loss >= 0.97), results.json and PNG plots, logs
-them to MLflow and rewrites the README's results block. Progress goes to stderr.
+them to MLflow and rewrites the results block of docs/benchmarks.md. Progress goes to stderr.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def say(msg: str) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description="meta-infer benchmark suite: report, plots, MLflow, README table",
+    ap = argparse.ArgumentParser(description="meta-infer benchmark suite: report, plots, MLflow, docs/benchmarks.md table",
                                  epilog="Anything after the options (key=value) is passed to every adapt run as a "
                                         "Hydra override.")
     ap.add_argument("--quick", action="store_true",
@@ -71,7 +71,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help="artifacts folder of the adapt runs (MLflow, fingerprint library, runs); default <out>/store")
     ap.add_argument("--fresh", action="store_true", help="empty the store first (MLflow history included)")
     ap.add_argument("--compare-runs", type=int, default=50, help="interleaved timed runs per peer in the comparison with the peers")
-    ap.add_argument("--no-readme", action="store_true", help="leave README.md's results block as it is")
+    ap.add_argument("--no-readme", action="store_true", help="leave docs/benchmarks.md's results block as it is (the flag keeps its old name)")
     a, extra = ap.parse_known_args(argv)
     bad = [x for x in extra if "=" not in x or x.startswith("-")]
     if bad:
@@ -258,12 +258,12 @@ def main(argv: list[str]) -> int:
     say(f"MLflow suite run {suite_run} in meta-infer/bench@cpu")
     full = not (a.quick or a.models or a.skip or a.extra)
     if full and not a.no_readme:
-        readme = ROOT / "README.md"
-        readme.write_text(report.replace_block(readme.read_text(), report.readme_block(
+        results_doc = ROOT / "docs" / "benchmarks.md"
+        results_doc.write_text(report.replace_block(results_doc.read_text(), report.readme_block(
             results, os.path.relpath(report_path, ROOT))))
-        say("README.md results block rewritten")
+        say("docs/benchmarks.md results block rewritten")
     elif not full:
-        say("README.md results block left as it is (it holds full runs only)")
+        say("docs/benchmarks.md results block left as it is (it holds full runs only)")
     say(f"done in {results['wall_s'] / 60:.1f} min: {os.path.relpath(report_path, ROOT)}")
     md = report.markdown(results)
     print(md[md.index("## Headline"):md.index("## Adapted vs default")].strip())
