@@ -168,10 +168,7 @@ def figures(plan: dict, child: dict) -> dict[str, Any]:
     """The clean figures of the child's samples against plan.json's claims."""
     import numpy as np
 
-    try:        # the decision's own statistic (decide/noise.py, re-exported by decide/stage.py)
-        from metainfer_core.decide.noise import ratio_bounds
-    except ImportError:
-        from metainfer_core.decide.stage import ratio_bounds
+    from metainfer_core.decide.noise import ratio_bounds     # the decision's own statistic
 
     out = claims(plan)
     d, p = child["default_samples_ms"], child["plan_samples_ms"]
