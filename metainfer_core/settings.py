@@ -23,7 +23,8 @@ class ModelSettings(Strict):
     name: str | None = None
     source: Literal["zoo", "file"]
     path: str | None = None
-    input_shapes: dict[str, list[int]] = Field(default_factory=dict)
+    input_shapes: dict[str, list[int]] = Field(default_factory=dict)     # the shape a plan is tuned at
+    shape_range: dict[str, list[Any]] = Field(default_factory=dict)     # every shape it must serve
 
     @model_validator(mode="after")
     def _file_needs_path(self) -> "ModelSettings":
@@ -42,7 +43,20 @@ class ModelSettings(Strict):
         for name, dims in self.input_shapes.items():
             if any(d <= 0 for d in dims):
                 raise ValueError(f"model.input_shapes.{name}={dims}: every dim must be a positive integer")
+        self._range_syntax()
         return self
+
+    def _range_syntax(self) -> None:
+        """model.shape_range's form and its rank against model.input_shapes; the checks against
+        the model's inputs wait until it is loaded (normalize.shape_range.check_against_model)."""
+        from metainfer_core.normalize.shape_range import parse_shape_range  # late: imports onnx
+
+        ranges = parse_shape_range(self.shape_range)
+        for name, dims in ranges.items():
+            given = self.input_shapes.get(name)
+            if given is not None and len(given) != len(dims):
+                raise ValueError(f"model.input_shapes.{name}={given} has rank {len(given)}, but model.shape_range."
+                                 f"{name} has rank {len(dims)}; give both the model's rank for that input")
 
 
 BUILT_IN_BACKENDS = "metainfer_core.backends."     # `_target_` classes that need no trust_config_code

@@ -102,17 +102,21 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
     s, backend = run.s, run.backend
     measured_here = backend.info.measurement == "measured" and remote is None    # the device is this host
     decision, chosen = decide_stage(s, backend, outcome, verified, prepared.model, prepared.feeds[0],
-                                    time_pair_isolated if measured_here else None)
+                                    time_pair_isolated if measured_here else None,
+                                    [(p, ss.feeds[0]) for p, ss in prepared.point_sets])
     for c in decision.confirmations:
         _progress(f"confirm: {c.label} alone with the default: {c.words()}: "
                   + ("pays" if c.pays else "does not pay"))
+    if decision.across is not None:
+        _progress(f"confirm: {decision.across.words()}")
     _progress(f"decision: {decision.decision}: {decision.reason}")
     calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
                                        verified, cost_model.meta.fingerprint_version)
     chosen_model = chosen.model if chosen is not None else prepared.model
     timings = dict(timings, compile_s=sum(v.compile_s for v in [verified.baseline] + verified.candidates))
     if decision.confirmations:
-        timings["confirm_s"] = sum(c.seconds for c in decision.confirmations)
+        timings["confirm_s"] = sum(c.seconds for c in decision.confirmations) + (
+            sum(c.seconds for _, c in decision.across.points) if decision.across else 0.0)
     timings["total_s"] = budget.elapsed()
     return stage_run(s.artifacts, run_name, prepared, chosen_model, lambda artifact: build_plan(
         settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,

@@ -21,7 +21,7 @@ GROUPS = ("model", "target", "action_space", "weights", "search", "tracking", "p
 # Free-form mappings: an override replaces the whole mapping (Hydra would merge it into the
 # default and, in struct mode, refuse keys the default lacks, e.g. a file model's input names;
 # merged, 'target.spec.peak_gflops={}' would silently keep every default dtype).
-REPLACED_MAPPINGS = ("model.input_shapes", "target.spec.op_slowdown", "target.spec.peak_gflops")
+REPLACED_MAPPINGS = ("model.input_shapes", "model.shape_range", "target.spec.op_slowdown", "target.spec.peak_gflops")
 
 
 def options(group: str) -> list[str]:

@@ -56,17 +56,25 @@ def _static(model: onnx.ModelProto) -> bool:
 class OvCompiled(Compiled):
     """One OpenVINO compiled model and its infer request; outputs in the graph's output order."""
 
-    def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False):
-        self._backend, self._profile = backend, profile
+    def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False,
+                 bounds: dict[str, list[tuple[int, int]]] | None = None):
+        """bounds: {input: [(min, max) per axis]}: compiled once for every shape within them (a
+        deployed plan's shape range), never re-compiled per shape."""
+        self._backend, self._profile, self._bounds = backend, profile, bounds
         self._bytes = model.SerializeToString()
         self._outputs = [o.name for o in model.graph.output]
         self._shapes: tuple | None = None
         self.compile_s = 0.0
         self.request = None
-        if _static(model):
+        if _static(model) or bounds:
             self._compile(None)
 
     def _read(self, feeds: dict[str, np.ndarray] | None):
+        if feeds is None and self._bounds:
+            import openvino as ov
+
+            return read_onnx(self._bytes, {k: ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in dims])
+                                           for k, dims in self._bounds.items()})
         if feeds is None:
             return read_onnx(self._bytes)
         ov_model = read_onnx(self._bytes, {k: list(v.shape) for k, v in feeds.items()})

@@ -49,7 +49,7 @@ class Confirmation:
 def confirm(timer: PairTimer, backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto,
             feed: dict[str, np.ndarray], label: str, basis: str) -> Confirmation:
     """Time `plan` alone with the default; whether it still pays on `basis` (decide's: faster |
-    memory | fit)."""
+    memory | fit; not_slower: at another point of the shape range)."""
     t = timer(backend, default, plan, feed)
     if t.error or not t.default_ms:
         return Confirmation(label, False, seconds=t.seconds, isolated=t.isolated, error=t.error or "no rounds")
@@ -57,6 +57,6 @@ def confirm(timer: PairTimer, backend: Backend, default: onnx.ModelProto, plan: 
     d, p = np.asarray(t.default_ms), np.asarray(t.plan_ms)
     default_ms, plan_ms = float(np.median(d)), float(np.median(p))
     pays = {"faster": high < 1 - MIN_GAIN and plan_ms < default_ms,
-            "memory": low <= 1 + MIN_GAIN}.get(basis, True)
+            "memory": low <= 1 + MIN_GAIN, "not_slower": low <= 1 + MIN_GAIN}.get(basis, True)
     return Confirmation(label, bool(pays), default_ms, plan_ms, float(np.percentile(d, 90)),
                         float(np.percentile(p, 90)), ratio, low, high, len(t.plan_ms), t.seconds, t.isolated)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from metainfer_core.decide.confirm import Confirmation, PairTimer, confirm
+from metainfer_core.decide.range_check import AcrossRange, across_range
 from metainfer_core.decide.noise import MIN_GAIN, ratio_bounds
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.memory import DEFAULT_STRATEGY, model_strategy, peak_reason, plan_memory
@@ -34,6 +35,7 @@ from metainfer_core.verify.measure import Verified
 
 if TYPE_CHECKING:
     from metainfer_core.backends import Backend
+    from metainfer_core.normalize.shape_range import Point
     from metainfer_core.search.candidate import Candidate
     from metainfer_core.search.stage import SearchOutcome
     from metainfer_core.settings import Settings
@@ -50,6 +52,7 @@ class Decision:
     verdicts: dict[str, str] = field(default_factory=dict)   # candidate label -> why chosen or not
     basis: str = ""          # why the chosen plan pays: faster | memory | fit (the default does not fit)
     confirmations: list[Confirmation] = field(default_factory=list)   # the chosen plan's, and those that failed
+    across: AcrossRange | None = None    # the chosen plan confirmed at the shape range's points
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
@@ -81,6 +84,10 @@ def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memo
                                  + (f"; {c.calibration_loss:.4g} on the calibration samples)"
                                     if c.calibration_loss == c.calibration_loss
                                     and c.calibration_loss != c.accuracy_loss else ")"))
+            continue
+        worst = max(c.point_losses.items(), key=lambda kv: kv[1], default=None)
+        if worst is not None and worst[1] > max_loss:
+            rejected[c.label] = f"loses {worst[1]:.4g} accuracy at the shape range's {worst[0]} (bound {max_loss})"
             continue
         if c.peak_mem_bytes > memory_limit:
             rejected[c.label] = f"needs {c.peak_mem_bytes} B (limit {memory_limit} B)"
@@ -181,12 +188,15 @@ MAX_CONFIRMATIONS = 3      # plans confirmed in turn before the default is kept
 
 def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified: VerifyOutcome,
                  default: onnx.ModelProto | None = None, feed: dict | None = None,
-                 timer: PairTimer | None = None) -> tuple[Decision, Candidate | None]:
+                 timer: PairTimer | None = None, points: list[tuple[Point, dict]] = ()
+                 ) -> tuple[Decision, Candidate | None]:
     """The rollback stage's decision: skipped, the default (nothing to verify, with why), or
     decide() on the verified plans under the configured weights, each plan it would adopt then
     confirmed alone with the `default` model on `feed` (decide/confirm.py; `timer`: how the pair
     is timed, None: no confirmation, as on a modeled target). A plan that does not pass its
-    confirmation is set aside and decide() runs again, up to MAX_CONFIRMATIONS plans."""
+    confirmation is set aside and decide() runs again, up to MAX_CONFIRMATIONS plans. `points`:
+    the shape range's other points (each with one input at its shapes, its weight in the verdict);
+    the plan is confirmed at each too (decide/range_check.py) and set aside where it loses."""
     if outcome.skipped_reason:
         return Decision("skipped", outcome.skipped_reason, None), None
     if not verified.plans:
@@ -207,13 +217,18 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
     d, excluded, tried = again({}), {}, []
     while d.chosen is not None and timer is not None and default is not None and feed is not None:
         label = verified.candidates[d.chosen].label
-        c = confirm(timer, backend, default, verified.plans[d.chosen].model, feed, label, d.basis)
+        plan = verified.plans[d.chosen].model
+        c = confirm(timer, backend, default, plan, feed, label, d.basis)
         tried.append(c)
-        if c.pays:
-            d.reason = _confirmed_reason(d, c, tried[:-1])
+        across = across_range(timer, backend, default, plan, points, label, c, d.basis) if c.pays and points else None
+        if c.pays and (across is None or across.pays):
+            d.reason = _confirmed_reason(d, c, tried[:-1]) + (f"; {across.words()}" if across else "")
             d.verdicts[label] += f"; confirmed alone with the default: {c.words()}"
+            d.across = across
             break
-        excluded[d.chosen] = (f"paid in verify's rounds ({verified.candidates[d.chosen].latency_ms:.4g} ms vs default "
+        excluded[d.chosen] = (across.failure(verified.candidates[d.chosen].latency_ms, verified.baseline.latency_ms)
+                              if c.pays else
+                              f"paid in verify's rounds ({verified.candidates[d.chosen].latency_ms:.4g} ms vs default "
                               f"{verified.baseline.latency_ms:.4g} ms) but not when timed alone with the default: "
                               f"{c.words()}")
         d = again(excluded)

@@ -1,15 +1,67 @@
 """Concrete tensor facts (dtype, shape, size) for every tensor of a model's main graph.
 
-Shapes come from ONNX shape inference; symbolic dims that are still unbound count as 1, the
-deployment size used for profiling and verification when the user binds nothing."""
+Shapes come from ONNX shape inference. A graph that keeps symbolic input dims (it serves a range
+of shapes) carries the sizes it is tuned at in its metadata (`TUNED_SHAPES`): analysis, costs and
+random inputs read its tensors at those sizes. Symbolic dims with no tuned size count as 1."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
+import json
+
 import numpy as np
 import onnx
 from onnx import helper
+
+TUNED_SHAPES = "metainfer.tuned_shapes"    # metadata key: {input: [sizes]} the graph is tuned at
+
+
+def tuned_shapes(model: onnx.ModelProto) -> dict[str, list[int]]:
+    """{input: sizes} the model's symbolic input dims are tuned at (empty when none recorded)."""
+    raw = next((p.value for p in model.metadata_props if p.key == TUNED_SHAPES), None)
+    return json.loads(raw) if raw else {}
+
+
+def set_tuned_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    """Record in place the sizes `model`'s symbolic input dims are tuned at; returns `model`."""
+    keep = [p for p in model.metadata_props if p.key != TUNED_SHAPES]
+    del model.metadata_props[:]
+    model.metadata_props.extend(keep)
+    if shapes:
+        model.metadata_props.add(key=TUNED_SHAPES, value=json.dumps({k: [int(d) for d in v] for k, v in shapes.items()}))
+    return model
+
+
+def carry_tuned_shapes(source: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` (a rewrite of `source` that may have dropped its metadata) with source's tuned sizes."""
+    shapes = tuned_shapes(source)
+    return set_tuned_shapes(model, shapes) if shapes and tuned_shapes(model) != shapes else model
+
+
+def tuned_view(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None) -> onnx.ModelProto:
+    """`model` itself when it records no tuned sizes, else a copy whose symbolic input dims are
+    set to them (what shape inference reads to give every tensor concrete sizes); `shapes`:
+    other sizes for some inputs (a point of the shape range)."""
+    shapes = {**tuned_shapes(model), **(shapes or {})}
+    if not shapes:
+        return model
+    view = onnx.ModelProto()
+    view.CopyFrom(model)
+    for vi in view.graph.input:
+        _set_sizes(vi, shapes.get(vi.name))
+    return view
+
+
+def _set_sizes(vi: onnx.ValueInfoProto, sizes: list[int] | None) -> None:
+    """Give `vi`'s symbolic (or unknown) dims the sizes `sizes` lists, in place."""
+    if sizes is None or not vi.type.tensor_type.HasField("shape") or len(vi.type.tensor_type.shape.dim) != len(sizes):
+        return
+    for dim, size in zip(vi.type.tensor_type.shape.dim, sizes):
+        if not (dim.HasField("dim_value") and dim.dim_value > 0):
+            dim.Clear()
+            dim.dim_value = size
+
 
 # ONNX Runtime's own log lines (warnings about the model, "[E:onnxruntime:...] Non-zero status
 # code" when a run fails) are not ours to print: the failure reaches the caller as an exception
@@ -52,7 +104,7 @@ def _dims(type_proto: onnx.TypeProto) -> tuple[int, ...] | None:
 
 def tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
     """Name -> TensorInfo for inputs, initializers, node outputs (after shape inference)."""
-    inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    inferred = onnx.shape_inference.infer_shapes(tuned_view(model), data_prop=True)
     g = inferred.graph
     out: dict[str, TensorInfo] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -67,14 +119,18 @@ def tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
     return out
 
 
-def input_feeds_spec(model: onnx.ModelProto) -> dict[str, TensorInfo]:
+def input_feeds_spec(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None) -> dict[str, TensorInfo]:
     """The graph inputs a caller must feed (initializers excluded), as declared (shape inference
-    never changes a graph input); unbound symbolic dims count as 1."""
+    never changes a graph input), symbolic dims at `shapes`' sizes, else their tuned sizes, else 1."""
     inits = {i.name for i in model.graph.initializer}
+    sizes = {**tuned_shapes(model), **(shapes or {})}
     spec: dict[str, TensorInfo] = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
+    for declared in model.graph.input:
+        if declared.name in inits:
             continue
+        vi = onnx.ValueInfoProto()
+        vi.CopyFrom(declared)
+        _set_sizes(vi, sizes.get(vi.name))
         dims = _dims(vi.type) if vi.type.HasField("tensor_type") else None
         if dims is None or vi.type.tensor_type.elem_type == 0:
             raise ValueError(f"input {vi.name}: the model declares no tensor dtype and shape for it")
@@ -196,12 +252,13 @@ def random_integers(rng: np.random.Generator, shape, dtype: np.dtype, span: IntR
     return rng.integers(low, max(high, low + 1), size=shape).astype(dtype)
 
 
-def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+def random_feeds(model: onnx.ModelProto, seed: int = 0, shapes: dict[str, list[int]] | None = None
+                 ) -> dict[str, np.ndarray]:
     """Seeded random inputs: normal floats, integers within what the graph allows
-    (integer_input_ranges), random booleans."""
+    (integer_input_ranges), random booleans; at the tuned sizes, or `shapes` where given."""
     rng = np.random.default_rng(seed)
     feeds = {}
-    spec = input_feeds_spec(model)
+    spec = input_feeds_spec(model, shapes)
     ranges = integer_input_ranges(model) if any(i.dtype.kind in "iu" for i in spec.values()) else {}
     for name, info in spec.items():
         if info.dtype.kind == "f":

@@ -10,7 +10,7 @@ from onnx import helper
 
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.runs import cpu_session
-from metainfer_core.ir.tensors import IntRange, integer_input_ranges, random_integers
+from metainfer_core.ir.tensors import IntRange, integer_input_ranges, random_integers, tuned_shapes
 from metainfer_core.normalize.messages import first_line
 from metainfer_core.normalize.shapes import real_inputs
 
@@ -19,7 +19,7 @@ MAX_SAMPLES = 4     # real samples the check runs (a few cover the paths; all wo
 
 
 def random_inputs(model: onnx.ModelProto, seed: int) -> Feeds:
-    """One array per fed input: unbound symbolic dims set to 1; floats standard normal, integers
+    """One array per fed input: symbolic dims at their tuned sizes (else 1); floats standard normal, integers
     within what the graph allows (indices of a Gather within its table, compared values in
     [0, 2), others in [0, 4)), booleans random."""
     rng = np.random.default_rng(seed)
@@ -32,7 +32,9 @@ def random_inputs(model: onnx.ModelProto, seed: int) -> Feeds:
                 f"Input '{vi.name}' is not a tensor, so no random value can be made for the "
                 "equivalence check; normalize supports tensor inputs only: re-export with tensor inputs."
             )
-        dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+        tuned = tuned_shapes(model).get(vi.name)
+        dims = [d.dim_value if d.HasField("dim_value") else tuned[k] if tuned and len(tuned) == len(
+            tensor_type.shape.dim) else 1 for k, d in enumerate(tensor_type.shape.dim)]
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
         if dtype == np.bool_:
             feeds[vi.name] = np.asarray(rng.random(dims) < 0.5)

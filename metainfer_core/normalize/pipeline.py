@@ -11,7 +11,8 @@ import onnx
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.declared import reconcile_declared_shapes, reconcile_with_run
 from metainfer_core.normalize.equivalence import max_abs_errors
-from metainfer_core.ir.graph_utils import Shape, topological_sort
+from metainfer_core.ir.graph_utils import Shape, clone, topological_sort
+from metainfer_core.ir.tensors import carry_tuned_shapes, set_tuned_shapes
 from metainfer_core.normalize.opset import default_opset, to_canonical_opset
 from metainfer_core.normalize.passes import (
     cancel_transposes,
@@ -77,16 +78,22 @@ def normalize(
     seed: int = 0,
     max_rounds: int = 10,
     feeds: list[dict[str, np.ndarray]] | None = None,
+    tuned: dict[str, list[int]] | None = None,
 ) -> NormalizeResult:
     """Read -1 dims as unknown, bind shapes, replace declared shapes the graph contradicts,
     upgrade the opset, rewrite to a fixed point, sort, check completeness, then check the result
     against the (bound) original: on `feeds` (the user's samples, data.inputs) when given, else
-    on seeded random inputs (integers within what the graph allows)."""
+    on seeded random inputs (integers within what the graph allows). `input_shapes` binds
+    (None: the axis stays symbolic); `tuned` gives the sizes symbolic dims are tuned at, recorded
+    in the result's metadata (ir.tensors.TUNED_SHAPES) and read by every later analysis."""
     bound = bind_input_shapes(unknown_negative_dims(model), input_shapes)
+    if tuned:
+        bound = set_tuned_shapes(clone(bound) if bound is model else bound, tuned)
     log: list[dict] = []
     warnings: list[str] = []
     bound = _reconciled(bound, seed, feeds, warnings, log, 0)
     work, opset_from = to_canonical_opset(bound)
+    work = carry_tuned_shapes(bound, work)
     reference = bound
     if opset_from < ORT_MIN_OPSET:
         # ONNX Runtime has no kernels for these opsets: the equivalence check compares against
@@ -113,6 +120,7 @@ def normalize(
     outputs: list[dict[str, np.ndarray]] = []
     errors = max_abs_errors(reference, work, rtol=rtol, atol=atol, seed=seed, feeds=feeds, outputs=outputs)
     work, run_warnings = reconcile_with_run(work, outputs)
+    work = carry_tuned_shapes(bound, work)
     if run_warnings:
         log.append({"pass": "declared_shapes_from_run", "round": 0, "changes": len(run_warnings),
                     "warnings": list(run_warnings)})

@@ -44,8 +44,9 @@ def _all_dims(model: onnx.ModelProto) -> list:  # type: ignore[type-arg]
     return dims
 
 
-def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int]] | None) -> onnx.ModelProto:
-    """Set the given inputs' dims to the given sizes; dims already static must agree."""
+def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int | None]] | None) -> onnx.ModelProto:
+    """Set the given inputs' dims to the given sizes (None: the axis stays as declared, symbolic
+    where it varies over the shape range); dims already static must agree."""
     if not input_shapes:
         return model
     model = clone(model)
@@ -56,7 +57,7 @@ def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int]]
                 f"model.input_shapes names input '{name}', but the model's inputs are "
                 f"{sorted(inputs)}; use one of those names."
             )
-        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
+        if not all(s is None or isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
             raise MetaInferError(
                 f"model.input_shapes gives input '{name}' the shape {list(sizes)}; every size must be "
                 "a positive integer, e.g. [1, 3, 224, 224]."
@@ -69,14 +70,19 @@ def bind_input_shapes(model: onnx.ModelProto, input_shapes: dict[str, list[int]]
                 f"model declares rank {len(dims)} ({show_dims(dims)}); give exactly {len(dims)} sizes."
             )
         for axis, (dim, size) in enumerate(zip(dims, sizes)):
-            if dim.HasField("dim_value") and dim.dim_value != size:
+            if size is not None and dim.HasField("dim_value") and dim.dim_value != size:
                 raise MetaInferError(
                     f"model.input_shapes gives input '{name}' size {size} on axis {axis}, but the model "
                     f"fixes that axis to {dim.dim_value} ({show_dims(dims)}); only symbolic axes can be bound."
                 )
+        symbols = [d.dim_param if d.HasField("dim_param") else None for d in dims]
         tensor_type.shape.Clear()
-        for size in sizes:
-            tensor_type.shape.dim.add().dim_value = size
+        for k, size in enumerate(sizes):
+            dim = tensor_type.shape.dim.add()
+            if size is not None:
+                dim.dim_value = size
+            elif k < len(symbols) and symbols[k]:
+                dim.dim_param = symbols[k]
     del model.graph.value_info[:]  # inferred from the old symbolic shapes; inferred again later
     return model
 

@@ -6,7 +6,9 @@
 
 The run folder holds model.onnx (the chosen graph; both ONNX Runtime and OpenVINO load it) and
 plan.json's `execution_path`: the runtime, its precision and the settings it was verified with
-(threads, graph optimisation level, performance hint)."""
+(threads, graph optimisation level, performance hint). A plan adapted over a declared shape range
+(model.shape_range) runs any shape inside it, and refuses one outside it naming the input, the
+axis and the range."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +20,7 @@ import onnx
 from metainfer_core.backends.base import Backend, Compiled
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.errors import MetaInferError
+from metainfer_core.normalize.shape_range import Ranges, from_json, outside
 from metainfer_core.plan.record import read_plan
 
 _SETTINGS = ("providers", "intra_op_threads", "graph_optimization_level", "performance_hint", "inference_precision")
@@ -37,17 +40,26 @@ def path_record(backend: Backend, model: onnx.ModelProto) -> dict[str, Any]:
 class Deployed:
     """A ready inference callable on the plan's execution path."""
 
-    def __init__(self, compiled: Compiled, path: dict[str, Any], inputs: list[str]):
-        self.compiled, self.path, self.inputs = compiled, path, inputs
+    def __init__(self, compiled: Compiled, path: dict[str, Any], inputs: list[str], ranges: Ranges | None = None):
+        """ranges: the declared shape range the plan was verified over; shapes outside it are refused."""
+        self.compiled, self.path, self.inputs, self.ranges = compiled, path, inputs, ranges or {}
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run(feeds)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        self._check(feeds)
         return self.compiled.run(feeds)
 
     def time_once(self, feeds: dict[str, np.ndarray]) -> float:
+        self._check(feeds)
         return self.compiled.time_once(feeds)
+
+    def _check(self, feeds: dict[str, np.ndarray]) -> None:
+        if self.ranges:
+            problem = outside(self.ranges, {k: tuple(np.shape(v)) for k, v in feeds.items()})
+            if problem:
+                raise MetaInferError(problem)
 
 
 def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
@@ -58,7 +70,10 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
     if not plan_file.is_file() or not model_file.is_file():
         raise MetaInferError(f"{folder} is not an adapt run folder: it needs plan.json and model.onnx (flows/adapt.py "
                              "writes both under paths.artifacts/runs/<run>).")
-    record = read_plan(plan_file).execution_path or {"runtime": "onnxruntime", "precision": "f32", "settings": {}}
+    plan = read_plan(plan_file)
+    record = plan.execution_path or {"runtime": "onnxruntime", "precision": "f32", "settings": {}}
+    shapes = plan.shapes or {}
+    ranges = from_json(shapes["range"]) if shapes.get("declared") and shapes.get("range") else None
     spec = {"memory_limit_bytes": 0, **record.get("settings", {})}
     if threads is not None:
         spec["intra_op_threads"] = threads
@@ -74,4 +89,10 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
     else:
         raise MetaInferError(f"{plan_file} names execution path {record['runtime']!r}, which this version cannot load.")
     inits = {i.name for i in model.graph.initializer}
-    return Deployed(backend.compile(model), record, [i.name for i in model.graph.input if i.name not in inits])
+    if record["runtime"] == "openvino" and ranges:     # one compile for the whole range
+        from metainfer_core.backends.ov_backend import OvCompiled
+
+        compiled = OvCompiled(backend, model, bounds={k: [(r.low, r.high) for r in dims] for k, dims in ranges.items()})
+    else:
+        compiled = backend.compile(model)
+    return Deployed(compiled, record, [i.name for i in model.graph.input if i.name not in inits], ranges)

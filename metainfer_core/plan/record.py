@@ -141,7 +141,28 @@ def _with_node_lists(plan: Any, path: Path) -> Any:
 
 def metrics_of(v: dict | None) -> dict:
     keys = ("latency_ms", "p90_ms", "peak_mem_bytes", "accuracy_loss", "calibration_loss", "compile_s")
-    return {k: (v or {}).get(k) for k in keys}
+    out = {k: (v or {}).get(k) for k in keys}
+    if (v or {}).get("point_losses"):
+        out["point_losses"] = v["point_losses"]
+    return out
+
+
+def shapes_record(served, chosen_v: dict | None, across) -> dict | None:
+    """plan.json's `shapes`: the range and, per verified point, its weight, the chosen plan's
+    accuracy loss there and the default's and the plan's latency timed alone (decide/range_check)."""
+    if served is None or not served.general:
+        return None
+    timed = {row["point"]: row for row in (across.as_dict() if across is not None else [])}
+    losses = {"opt": (chosen_v or {}).get("accuracy_loss"), **((chosen_v or {}).get("point_losses") or {})}
+    points = []
+    for p in served.points:
+        row = timed.get(p.name, {})
+        points.append({"name": p.name, "shapes": served.tuned if p.name == "opt" else p.shapes, "weight": p.weight,
+                       "default_ms": row.get("default_ms"), "plan_ms": row.get("plan_ms"),
+                       "ratio": row.get("ratio"), "pays": row.get("pays"),
+                       "accuracy_loss": losses.get(p.name) if chosen_v is not None else None})
+    return {**served.as_dict(), "points": points,
+            "aggregate_ratio": across.aggregate_ratio if across is not None else None}
 
 
 def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]:
@@ -190,6 +211,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "accuracy_bound": settings.accuracy.max_loss,
         "accuracy_samples": {"calibration": len(prepared.feeds), "judging": len(prepared.judge.feeds),
                              "judged_on": prepared.judged_on},
+        "shapes": shapes_record(prepared.served, chosen_v, decision.across),
         "decision": decision.decision,
         "reason": decision.reason,
         "actions": [st.as_dict() for st in chosen.steps] if chosen is not None else [],
@@ -213,6 +235,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
                       "figures for them mean little; give real inputs with data.inputs=<file.npz>"]
                      if prepared.degenerate else [])
                     + [f"normalize: {w}" for w in prepared.normalized.warnings]
+                    + (list(prepared.served.dropped) if prepared.served is not None else [])
                     + [f"budget: {w}" for w in (budget.warnings if budget is not None else [])]
                     + [f"search: {w}" for w in outcome.extra.get("warnings", [])]
                     + silent_problems(info, outcome, verified, chosen_v),

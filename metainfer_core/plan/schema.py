@@ -76,6 +76,7 @@ class Metrics(Record):
     accuracy_loss: Number                   # on the held-out samples: what the bound judges
     compile_s: Number
     calibration_loss: Number = None         # on the samples that calibrated the plans
+    point_losses: dict[str, Number] | None = None   # at the shape range's other points (random inputs)
 
 
 class Baseline(Metrics):
@@ -134,6 +135,9 @@ class Plan(Record):
     # judging ones came from (accuracy/holdout.py): "held out of data.inputs", "data.validation",
     # "random inputs of other seeds", or "the calibration samples" when too few to split
     accuracy_samples: dict[str, Any] | None = None
+    # the input shapes the plan serves (prepare/served_shapes.py): the range (declared or derived from
+    # the tuned shape), the tuned sizes, and per verified point its weight, latencies and accuracy loss
+    shapes: dict[str, Any] | None = None
     decision: Literal["adapted", "rolled_back", "skipped", "default"]
     reason: str
     actions: list[StepRecord]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +19,8 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.features import model_feature_map
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
+from metainfer_core.normalize.shape_range import Point
+from metainfer_core.prepare.served_shapes import ServedShapes, served_shapes
 from metainfer_core.settings import Settings
 
 Progress = Callable[[str], None]
@@ -44,6 +46,9 @@ class Prepared:
     # what rewrites compute once per run (int8 calibration ranges: seconds of model runs on a large
     # model), shared by the profile's variants, the search and the accuracy guard
     action_cache: dict = field(default_factory=dict, repr=False)
+    served: ServedShapes | None = None      # the shape range, tuned sizes and verified points
+    # the range's other points (min, max, ...): random inputs at each and the reference outputs
+    point_sets: list[tuple[Point, SampleSet]] = field(default_factory=list)
 
     @property
     def model(self) -> onnx.ModelProto:
@@ -109,20 +114,21 @@ def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndar
 def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
     from metainfer_core.normalize.equivalence import MAX_SAMPLES
     from metainfer_core.normalize.input_memory import check_input_memory
-    from metainfer_core.normalize.inputs import load_samples, sample_shapes
+    from metainfer_core.normalize.inputs import load_samples
+    from metainfer_core.normalize.shape_range import describe
     from metainfer_core.normalize.shapes import bind_input_shapes, unknown_negative_dims
 
     t0 = time.perf_counter()
     original, source = _load(s)
     sha = hashlib.sha256(original.SerializeToString()).hexdigest()
     progress(f"normalize: {len(original.graph.node)} nodes from {source}")
-    input_shapes = s.model.input_shapes or None
     samples = load_samples(s.data.inputs) if s.data.inputs is not None else None
-    if samples is not None:     # dims model.input_shapes leaves symbolic take the samples' sizes
-        input_shapes, taken = sample_shapes(original, samples, input_shapes)
-        if taken:
-            progress("normalize: binding " + ", ".join(f"{k} to {v}" for k, v in taken.items())
-                     + f" (the samples' shape in data.inputs={s.data.inputs})")
+    served = served_shapes(original, s.model.shape_range, s.model.input_shapes or None, samples, target_static_shapes)
+    if served.taken_from_samples:   # dims model.input_shapes leaves symbolic take the samples' sizes
+        progress(f"normalize: {'binding' if target_static_shapes else 'tuning'} "
+                 + ", ".join(f"{k} to {v}" for k, v in served.taken_from_samples.items())
+                 + f" (the samples' shape in data.inputs={s.data.inputs})")
+    input_shapes = served.binding
     unbound = unbound_inputs(original, input_shapes) if target_static_shapes else {}
     if unbound:  # refused before normalize spends time on the model
         listed = ", ".join(f"{k!r} {v if v is not None else '(rank unknown)'}" for k, v in unbound.items())
@@ -132,12 +138,16 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
                              f"{listed} that model.input_shapes does not bind. Bind each to its deployment size for "
                              f"this run, e.g. 'model.input_shapes={{{example}}}' (quoted for the shell; each 1 "
                              "stands for a symbolic dim: put the real size).")
-    bound = bind_input_shapes(unknown_negative_dims(original), input_shapes)
+    bound = bind_input_shapes(unknown_negative_dims(original), {**(input_shapes or {}), **served.tuned})
     check_input_memory(bound)   # before any array of that shape is drawn
     feeds, labels = None, None
     if samples is not None:     # real inputs for normalize's equivalence check and shape filling too
         feeds, labels = _validation_feeds(s, bound, samples)
-    result = normalize(original, input_shapes=input_shapes, seed=s.seed, feeds=feeds)
+    if served.general:
+        progress(f"normalize: keeping {describe(served.ranges)} symbolic, tuned at "
+                 + ", ".join(f"{k} {v}" for k, v in served.tuned.items())
+                 + ("" if served.declared else " (no model.shape_range: verified at half and double the tuned size)"))
+    result = normalize(original, input_shapes=input_shapes, seed=s.seed, feeds=feeds, tuned=served.tuned)
     for warning in result.warnings:
         progress(f"WARNING: normalize: {warning}")
     progress(f"normalize: {result.nodes_before} -> {result.nodes_after} nodes, max output error "
@@ -164,6 +174,41 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
     if degenerate:
         progress(f"WARNING: reference outputs {degenerate} are near-constant on the validation inputs, so accuracy "
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
+    point_sets = _point_sets(s, result.model, served, progress)
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
                     make_loss(s.accuracy.metric, labels), time.perf_counter() - t0, held_out=held_out,
-                    judged_on=judged_on, warnings=warnings)
+                    judged_on=judged_on, warnings=warnings, served=served, point_sets=point_sets)
+
+
+POINT_SAMPLES = 2           # random inputs per point of the shape range other than the tuned one
+POINT_SEED = 2000           # their seeds: apart from the calibration and held-out ones
+
+
+def _point_sets(s: Settings, model: onnx.ModelProto, served: ServedShapes, progress: Progress
+                ) -> list[tuple[Point, SampleSet]]:
+    """Random inputs and the reference outputs at each point of the range but the tuned one. A
+    declared range the model itself cannot run at is refused; a derived point (half or double
+    the tuned size) the model cannot run at is dropped, and a run warning says so."""
+    sets, kept = [], []
+    for k, point in enumerate(served.points):
+        if point.name == "opt":
+            kept.append(point)
+            continue
+        try:
+            feeds = [random_feeds(model, seed=s.seed + POINT_SEED + POINT_SAMPLES * k + j, shapes=point.shapes)
+                     for j in range(POINT_SAMPLES)]
+            sets.append((point, SampleSet(feeds, run_cpu(model, feeds), make_loss(s.accuracy.metric, None))))
+            kept.append(point)
+        except Exception as exc:  # noqa: BLE001 - the model's own limit (a position table, a stride), said below
+            why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            where = ", ".join(f"{name} {shape}" for name, shape in point.shapes.items())
+            if served.declared:
+                raise MetaInferError(f"model.shape_range reaches shapes the model itself cannot run at: at {point.name} "
+                                     f"({where}) ONNX Runtime fails on the original model ({why}). Narrow "
+                                     "model.shape_range to the shapes the model accepts.") from None
+            served.dropped.append(f"shapes: the model does not run at {where} ({point.name} of the range derived from "
+                                  f"the tuned shape: {why}); not verified there")
+            progress(f"WARNING: {served.dropped[-1]}")
+    total = sum(p.weight for p in kept) or 1.0     # the dropped points' weight shared among the others
+    served.points = [replace(p, weight=p.weight / total) for p in kept]
+    return [(replace(p, weight=p.weight / total), ss) for p, ss in sets]

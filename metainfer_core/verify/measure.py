@@ -46,6 +46,7 @@ class Verified:
     error: str | None = None
     samples_ms: list[float] = field(default_factory=list)
     calibration_loss: float = float("nan")  # on the samples that calibrated the plans
+    point_losses: dict[str, float] = field(default_factory=dict)  # at the shape range's other points, by name
 
     @property
     def ok(self) -> bool:

@@ -20,7 +20,7 @@ from metainfer_core.prepare.stage import Prepared
 from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.settings import Settings
-from metainfer_core.verify.measure import MIN_ROUNDS, Runner, Verified, with_accuracy
+from metainfer_core.verify.measure import MIN_ROUNDS, Runner, Verified, VerifyResult, with_accuracy
 from metainfer_core.verify.worker import run_plans_isolated
 
 Progress = Callable[[str], None]
@@ -78,6 +78,41 @@ def _guard(s: Settings, prepared: Prepared, backend: Backend, top: list[Candidat
     return top + extra, repairs
 
 
+def _judge_points(prepared: Prepared, models: list[tuple[str, object]], measured: VerifyResult, n_feeds: int,
+                  progress: Progress) -> None:
+    """Each plan's accuracy loss at the shape range's other points, from the outputs the target
+    produced there (taken off the end of its outputs); a plan that failed names the point where
+    it does not run (a rewrite that fixed a dim the range varies)."""
+    for (label, model), r in zip(models, measured.results):
+        if r.error is not None:
+            where = _failing_point(prepared, model)
+            if where:
+                r.error = f"does not run at {where}: {r.error}"
+            continue
+        outputs = measured.outputs[label]
+        measured.outputs[label], at = outputs[:n_feeds], n_feeds
+        for point, ss in prepared.point_sets:
+            r.point_losses[point.name] = float(ss.loss_fn(ss.reference, outputs[at:at + len(ss.feeds)]))
+            at += len(ss.feeds)
+    shown = [f"{p.name} {_where(p)}" for p, _ in prepared.point_sets]
+    progress(f"verify: every plan also ran at {', '.join(shown)} (accuracy there against the original)")
+
+
+def _where(point) -> str:
+    return ", ".join(f"{name} {shape}" for name, shape in point.shapes.items())
+
+
+def _failing_point(prepared: Prepared, model) -> str | None:
+    """The first point of the range (tuned shape first) where ONNX Runtime cannot run `model`."""
+    sets = [(None, prepared.feeds[:1])] + [(p, ss.feeds[:1]) for p, ss in prepared.point_sets]
+    for point, feeds in sets:
+        try:
+            run_cpu(model, feeds)
+        except Exception:  # noqa: BLE001 - this is the point it fails at
+            return "the tuned shape" if point is None else f"{point.name} ({_where(point)})"
+    return None
+
+
 def verify_runs(s: Settings, plans: list[Candidate], default: Candidate | None, n_feeds: int,
                 allowance_s: float | None) -> tuple[int, float]:
     """(timed rounds, predicted seconds): verify.runs, fewer where timing that many rounds of
@@ -121,9 +156,12 @@ def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: Sea
                 else f" (more than verify.runs={s.verify.runs}: the verify share has room)" if runs > s.verify.runs
                 else ""))
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
-    measured = measure(backend, models, feeds, runs, s.verify.warmup, time_left_s=left)
+    point_feeds = [f for _, ss in prepared.point_sets for f in ss.feeds]   # the range's other points, run last
+    measured = measure(backend, models, feeds + point_feeds, runs, s.verify.warmup, time_left_s=left)
     if measured.worker.get("why"):
         progress(f"WARNING: verify: measured in this process ({measured.worker['why']})")
+    if prepared.point_sets:
+        _judge_points(prepared, models, measured, len(feeds), progress)
     results = (with_accuracy(measured, held.reference, held.loss_fn, (prepared.reference, prepared.loss_fn))
                if held is not None else with_accuracy(measured, prepared.reference, prepared.loss_fn))
     by_label = {v.label: v for v in results}

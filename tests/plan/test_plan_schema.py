@@ -37,7 +37,7 @@ def plan(settings_for) -> Plan:
                      binding={"device": 3, "host": [{"kernel": "Cast", "nodes": ["fc1|to_fp16"], "reason": "no op"}]})
     verified = VerifyOutcome(Verified("default", 2.1, 2.2, np.int64(704 * 2**10), 0.0, 0.1),
                              [Verified("candidate1", 0.6, 0.7, 64 * 2**10, np.float32(0.001), 0.2)], [fp16], [], 1.0)
-    prepared = SimpleNamespace(name="mlp", source="zoo", sha256="0" * 64, degenerate=None, warnings=[],
+    prepared = SimpleNamespace(name="mlp", source="zoo", sha256="0" * 64, degenerate=None, warnings=[], served=None,
                                feeds=[{}] * 4, judge=SimpleNamespace(feeds=[{}] * 2),
                                judged_on="every 3rd sample of data.inputs, held out", normalized=SimpleNamespace(
         nodes_before=11, nodes_after=7, symbolic_dims={}, warnings=[]))

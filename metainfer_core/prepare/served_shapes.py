@@ -1,0 +1,88 @@
+"""The shapes a run serves: which input dims normalize binds, which stay symbolic (they vary over
+the shape range, declared in model.shape_range or derived from the tuned shape), the sizes the
+graph is tuned at, and the points of the range every finalist is verified at."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from metainfer_core.normalize.inputs import sample_shapes
+from metainfer_core.normalize.shape_range import (
+    DimRange,
+    Point,
+    Ranges,
+    check_against_model,
+    derived_ranges,
+    parse_shape_range,
+    points,
+    to_json,
+    tuned_shapes,
+)
+from metainfer_core.normalize.shapes import symbolic_inputs, unknown_negative_dims
+
+
+@dataclass
+class ServedShapes:
+    binding: dict[str, list[int | None]] | None   # what normalize binds (None: the axis stays symbolic)
+    tuned: dict[str, list[int]] = field(default_factory=dict)   # the symbolic inputs' tuned sizes
+    ranges: Ranges = field(default_factory=dict)                 # the inputs that vary, over what
+    declared: bool = False                                       # model.shape_range gave the ranges
+    points: list[Point] = field(default_factory=list)            # opt first
+    taken_from_samples: dict[str, list[int]] = field(default_factory=dict)
+    dropped: list[str] = field(default_factory=list)             # derived points the original cannot run at
+
+    @property
+    def general(self) -> bool:
+        """The delivered graph keeps symbolic dims (it serves more than one shape)."""
+        return bool(self.ranges)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"declared": self.declared, "range": to_json(self.ranges), "tuned": self.tuned,
+                "points": [{"name": p.name, "shapes": p.shapes, "weight": round(p.weight, 4)} for p in self.points],
+                "not_verified": self.dropped}
+
+
+def served_shapes(model: onnx.ModelProto, shape_range: dict[str, list[Any]] | None,
+                  input_shapes: dict[str, list[int]] | None, samples: dict[str, np.ndarray] | None,
+                  static_target: bool) -> ServedShapes:
+    """A static-shape target binds every dim (model.input_shapes, then the samples' shapes); a
+    dynamic one binds only dims its range fixes and tunes the others at model.input_shapes, else
+    the samples' shape, else the middle of the declared range, else 1. Axes that share a symbol
+    share their range and tuned size (the first input that declares them sets both)."""
+    given, taken = sample_shapes(model, samples, input_shapes) if samples is not None else (input_shapes, {})
+    given = dict(given or {})
+    if static_target:
+        return ServedShapes(given or None, taken_from_samples=taken)
+    declared = check_against_model(model, parse_shape_range(shape_range), input_shapes) if shape_range else {}
+    observed = [{k: tuple(int(d) for d in samples[k].shape[1:]) for k in declared if k in samples}] \
+        if samples is not None and declared else []
+    dims = symbolic_inputs(unknown_negative_dims(model))
+    tuned = {name: list(given.get(name) or [d if isinstance(d, int) else 1 for d in shape])
+             for name, shape in dims.items() if not all(isinstance(d, int) for d in shape)}
+    if declared:
+        tuned.update(tuned_shapes(declared, {k: v for k, v in (input_shapes or {}).items() if k in declared},
+                                  observed))
+    ranges = {**derived_ranges(dims, tuned), **declared}
+    _share_symbols(dims, ranges, tuned, list(declared))
+    binding = {name: [r.low if r.fixed else None for r in rs] for name, rs in ranges.items()}
+    varying = {name: rs for name, rs in ranges.items() if not all(r.fixed for r in rs)}
+    tuned = {name: tuned[name] for name in varying}
+    return ServedShapes(binding or None, tuned, varying, bool(declared), points(varying, tuned, observed),
+                        taken_from_samples=taken)
+
+
+def _share_symbols(dims: dict[str, list], ranges: Ranges, tuned: dict[str, list[int]], first: list[str]) -> None:
+    """Give every axis named by the same symbol one range and one tuned size, in place: those of
+    the first input (declared ones first) that has the symbol."""
+    owner: dict[str, tuple[DimRange, int]] = {}
+    for name in first + [n for n in ranges if n not in first]:
+        for axis, symbol in enumerate(dims.get(name, [])):
+            if not isinstance(symbol, str) or symbol == "?" or name not in ranges:
+                continue
+            if symbol in owner:
+                ranges[name][axis], tuned[name][axis] = owner[symbol]
+            else:
+                owner[symbol] = (ranges[name][axis], tuned[name][axis])
