@@ -4,7 +4,9 @@ normalize -> profile -> train_predictor -> search -> verify -> rollback, as a Pr
 (ephemeral, no server needed), recorded as one MLflow run. With deploy.remote_verify=true the
 plans are timed by the deployment verify/<target> on the target's work pool. Ends with a
 summary (default vs chosen) on stdout; the run folder's plan.md says the same at length. The
-last stdout line is `plan: <path to plan.json>`."""
+last stdout line is `plan: <path to plan.json>`. A static-shape target given model.shape_range
+adapts one plan per bucket of the range and writes buckets.json (`buckets: <path>` before the
+last line, which names the largest bucket's plan)."""
 from __future__ import annotations
 
 import time
@@ -22,6 +24,7 @@ from prefect import flow  # noqa: E402
 
 from tasks.adapt_tasks import (Run, log_summary, normalize_task, print_summary, profile_task,  # noqa: E402
                                rollback_task, search_task, timed, train_predictor_task, verify_task)
+from tasks.buckets_tasks import buckets_task, bucket_raw, needs_buckets, write_buckets_task  # noqa: E402
 from tasks.remote_verify import remote_verify_task  # noqa: E402
 from tasks.cli import run_cli, stopped_by  # noqa: E402
 from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
@@ -69,8 +72,23 @@ def adapt_flow(raw: dict, started: float | None = None) -> str:
     return str(folder / "plan.json")
 
 
+@flow(name="adapt-buckets", validate_parameters=False)
+def adapt_buckets_flow(raw: dict) -> tuple[str, list[str]]:
+    """A static-shape target over a declared shape range: one adapt per bucket (each with the
+    whole budget), then buckets.json, which load_plan serves the range from."""
+    run = Run.of(raw)
+    layout = buckets_task(run)
+    plans = [adapt_flow(bucket_raw(raw, shapes)) for shapes in layout.buckets]
+    return write_buckets_task(run, layout, plans), plans
+
+
 def main(argv: list[str]) -> int:
     def body(s, raw) -> str:
+        if needs_buckets(Run.of(raw)):
+            buckets, plans = adapt_buckets_flow(raw)
+            for plan in plans:
+                print_summary(plan)
+            return f"buckets: {buckets}\nplan: {plans[-1]}"
         plan = adapt_flow(raw, started=STARTED)
         print_summary(plan)         # what was done, default vs chosen, why
         return f"plan: {plan}"

@@ -21,6 +21,7 @@ from metainfer_core.backends.base import Backend, Compiled
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.shape_range import Ranges, from_json, outside
+from metainfer_core.plan.bucketed import BUCKETS_FILE, BucketedPlan, load_buckets
 from metainfer_core.plan.record import read_plan
 
 _SETTINGS = ("providers", "intra_op_threads", "graph_optimization_level", "performance_hint", "inference_precision")
@@ -43,6 +44,7 @@ class Deployed:
     def __init__(self, compiled: Compiled, path: dict[str, Any], inputs: list[str], ranges: Ranges | None = None):
         """ranges: the declared shape range the plan was verified over; shapes outside it are refused."""
         self.compiled, self.path, self.inputs, self.ranges = compiled, path, inputs, ranges or {}
+        self.output_names: list[str] = []
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run(feeds)
@@ -62,10 +64,13 @@ class Deployed:
                 raise MetaInferError(problem)
 
 
-def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
+def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed | BucketedPlan:
     """The run folder's plan compiled on its execution path (`threads`: override the verified
-    intra-op thread count, e.g. 0 for all cores)."""
+    intra-op thread count, e.g. 0 for all cores); for a folder of buckets (buckets.json), the
+    plan that pads each input to its bucket (plan/bucketed.py)."""
     folder = Path(run_folder)
+    if (folder / BUCKETS_FILE).is_file():    # a static-shape target's buckets, one plan each
+        return load_buckets(folder, load_plan, threads)
     plan_file, model_file = folder / "plan.json", folder / "model.onnx"
     if not plan_file.is_file() or not model_file.is_file():
         raise MetaInferError(f"{folder} is not an adapt run folder: it needs plan.json and model.onnx (flows/adapt.py "
@@ -95,4 +100,6 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed:
         compiled = OvCompiled(backend, model, bounds={k: [(r.low, r.high) for r in dims] for k, dims in ranges.items()})
     else:
         compiled = backend.compile(model)
-    return Deployed(compiled, record, [i.name for i in model.graph.input if i.name not in inits], ranges)
+    deployed = Deployed(compiled, record, [i.name for i in model.graph.input if i.name not in inits], ranges)
+    deployed.output_names = [o.name for o in model.graph.output]
+    return deployed

@@ -8,6 +8,7 @@ import re
 from typing import Any, Callable
 
 from metainfer_core.search.beam import depth_reasons
+from metainfer_core.plan.shapes_report import shapes_section
 
 
 def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
@@ -348,6 +349,7 @@ def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
         ["Nothing: the model runs as the default plan (the normalized graph on the default path)."]
     out += ["", f"## Default vs {_kept(plan)}", "",
             *_md_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), "", latency_note(plan), ""]
+    out += shapes_section(plan)
     out += ["## Candidates verified", "",
             "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs); "
             f"{_judged_words(plan)}.", ""]

@@ -13,6 +13,7 @@ from metainfer_core.plan.plots import write_plots
 from metainfer_core.plan.record import RunFolder, write_plan
 from metainfer_core.plan.report import plan_markdown
 from metainfer_core.plan.schema import Plan
+from metainfer_core.plan.shapes_report import write_shapes_plot
 
 
 def stage_run(artifacts: Path, run_name: str, prepared, chosen_model: onnx.ModelProto,
@@ -42,7 +43,7 @@ def stage_run(artifacts: Path, run_name: str, prepared, chosen_model: onnx.Model
 
 def _plots(plan: dict, folder: RunFolder, warn: Callable[[str], None]) -> list[tuple[str, str]]:
     try:
-        return write_plots(plan, folder.staging)
+        return write_plots(plan, folder.staging) + write_shapes_plot(plan, folder.staging)
     except Exception as exc:  # noqa: BLE001 - a plot is not worth the run: plan.md goes without it
         warn(f"WARNING: plan.md's plots could not be drawn ({type(exc).__name__}: {exc})")
         return []

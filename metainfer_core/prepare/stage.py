@@ -60,7 +60,8 @@ class Prepared:
         return self.held_out or SampleSet(self.feeds, self.reference, self.loss_fn)
 
 
-def _load(s: Settings) -> tuple[onnx.ModelProto, str]:
+def load_original(s: Settings) -> tuple[onnx.ModelProto, str]:
+    """The model as the settings name it (zoo or file), and where it came from."""
     if s.model.source == "zoo":
         model = zoo.build(s.model.name, seed=s.seed)
         return model, f"zoo:{s.model.name}"
@@ -119,7 +120,7 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
     from metainfer_core.normalize.shapes import bind_input_shapes, unknown_negative_dims
 
     t0 = time.perf_counter()
-    original, source = _load(s)
+    original, source = load_original(s)
     sha = hashlib.sha256(original.SerializeToString()).hexdigest()
     progress(f"normalize: {len(original.graph.node)} nodes from {source}")
     samples = load_samples(s.data.inputs) if s.data.inputs is not None else None
