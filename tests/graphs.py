@@ -32,3 +32,41 @@ def matmul(m: int = 64, k: int = 128, n: int = 64, seed: int = 0) -> onnx.ModelP
     return model_of([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")],
                     [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], [w])
+
+
+def tagger(path, table_rows=64):
+    """ids, mask [batch, seq] -> embedding (a table of `table_rows` positions added by index) ->
+    masked mean over seq -> Gemm: the position table limits seq to `table_rows`."""
+    rng = np.random.default_rng(0)
+    emb = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "emb")
+    pos = numpy_helper.from_array(rng.standard_normal((table_rows, 8)).astype(np.float32), "pos")
+    w = numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
+    one = numpy_helper.from_array(np.array([1], np.int64), "one")
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]),
+             helper.make_node("Shape", ["ids"], ["shp"]),
+             helper.make_node("Slice", ["shp", "one", "axes_end", "zero"], ["seq"]),
+             helper.make_node("Squeeze", ["seq", "zero"], ["seq_s"]),
+             helper.make_node("Range", ["zero_s", "seq_s", "one_s"], ["positions"]),
+             helper.make_node("Gather", ["pos", "positions"], ["p"]),
+             helper.make_node("Add", ["e", "p"], ["ep"]),
+             helper.make_node("Cast", ["mask"], ["mf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["mf", "minus1"], ["m3"]),
+             helper.make_node("Mul", ["ep", "m3"], ["masked"]),
+             helper.make_node("ReduceMean", ["masked"], ["pooled"], axes=[1], keepdims=0),
+             helper.make_node("MatMul", ["pooled", "w"], ["y"])]
+    inits = [emb, pos, w, axes, zero, one,
+             numpy_helper.from_array(np.array([2], np.int64), "axes_end"),
+             numpy_helper.from_array(np.array(0, np.int64), "zero_s"),
+             numpy_helper.from_array(np.array(1, np.int64), "one_s"),
+             numpy_helper.from_array(np.array([-1], np.int64), "minus1")]
+    graph = helper.make_graph(nodes, "tagger",
+                              [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"]),
+                               helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path

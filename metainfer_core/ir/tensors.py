@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from metainfer_core.ir import constant_folding
+
 TUNED_SHAPES = "metainfer.tuned_shapes"    # metadata key: {input: [sizes]} the graph is tuned at
 
 
@@ -104,7 +106,17 @@ def _dims(type_proto: onnx.TypeProto) -> tuple[int, ...] | None:
 
 def tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
     """Name -> TensorInfo for inputs, initializers, node outputs (after shape inference)."""
-    inferred = onnx.shape_inference.infer_shapes(tuned_view(model), data_prop=True)
+    view = tuned_view(model)
+    inferred = onnx.shape_inference.infer_shapes(view, data_prop=True)
+    for _ in range(FOLD_ROUNDS if view is not model else 0):
+        if not _unknown_dims(inferred):
+            break
+        # sizes computed by shape arithmetic ONNX inference does not follow (Range, ...): folded at
+        # the tuned sizes, as a graph bound at them would have been by normalize
+        view, folded = constant_folding.run(view)
+        if not folded:
+            break
+        inferred = onnx.shape_inference.infer_shapes(view, data_prop=True)
     g = inferred.graph
     out: dict[str, TensorInfo] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -117,6 +129,16 @@ def tensor_infos(model: onnx.ModelProto) -> dict[str, TensorInfo]:
     for init in g.initializer:
         out[init.name] = TensorInfo(np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)), tuple(init.dims))
     return out
+
+
+FOLD_ROUNDS = 3
+
+
+def _unknown_dims(model: onnx.ModelProto) -> bool:
+    """A main-graph tensor whose inferred shape has a dim with no size."""
+    return any(vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+               and any(not d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)
+               for vi in [*model.graph.value_info, *model.graph.output])
 
 
 def input_feeds_spec(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None) -> dict[str, TensorInfo]:

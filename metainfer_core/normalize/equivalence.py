@@ -79,8 +79,9 @@ def run_model(model: onnx.ModelProto, feeds: Feeds, label: str, real: bool = Fal
             ) from None
         raise MetaInferError(
             f"ONNX Runtime could not run the {label} model for the equivalence check ({first_line(exc)}); "
-            "the model needs inputs random values cannot stand for, or an op ONNX Runtime lacks. Unbound "
-            "symbolic dims are run at size 1: if the model needs other sizes, bind them with "
+            "the model needs inputs random values cannot stand for, or an op ONNX Runtime lacks. Symbolic "
+            "dims are run at their tuned sizes (model.input_shapes, else the samples', else the middle of "
+            "model.shape_range, else 1): if the model needs other sizes, give them with "
             "model.input_shapes={<input>:[dims]}." + integer_inputs_note(model)
         ) from None
     return {o.name: v for o, v in zip(session.get_outputs(), values)}

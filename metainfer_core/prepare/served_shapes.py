@@ -21,7 +21,7 @@ from metainfer_core.normalize.shape_range import (
     to_json,
     tuned_shapes,
 )
-from metainfer_core.normalize.shapes import symbolic_inputs, unknown_negative_dims
+from metainfer_core.normalize.shapes import bind_input_shapes, symbolic_inputs, unknown_negative_dims
 
 
 @dataclass
@@ -52,6 +52,8 @@ def served_shapes(model: onnx.ModelProto, shape_range: dict[str, list[Any]] | No
     dynamic one binds only dims its range fixes and tunes the others at model.input_shapes, else
     the samples' shape, else the middle of the declared range, else 1. Axes that share a symbol
     share their range and tuned size (the first input that declares them sets both)."""
+    model = unknown_negative_dims(model)
+    bind_input_shapes(model, input_shapes)      # refuses an unknown input, a wrong rank, a contradicted static dim
     given, taken = sample_shapes(model, samples, input_shapes) if samples is not None else (input_shapes, {})
     given = dict(given or {})
     if static_target:
@@ -59,7 +61,7 @@ def served_shapes(model: onnx.ModelProto, shape_range: dict[str, list[Any]] | No
     declared = check_against_model(model, parse_shape_range(shape_range), input_shapes) if shape_range else {}
     observed = [{k: tuple(int(d) for d in samples[k].shape[1:]) for k in declared if k in samples}] \
         if samples is not None and declared else []
-    dims = symbolic_inputs(unknown_negative_dims(model))
+    dims = symbolic_inputs(model)
     tuned = {name: list(given.get(name) or [d if isinstance(d, int) else 1 for d in shape])
              for name, shape in dims.items() if not all(isinstance(d, int) for d in shape)}
     if declared:

@@ -1,0 +1,87 @@
+"""prepare on a dynamic target keeps the dims a shape range varies symbolic (tuned sizes in the
+model's metadata, what every analysis reads), binds the ones it fixes, shares one range per
+symbol, and prepares random inputs with reference outputs at the range's other points."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from metainfer_core.accuracy.metric import run_cpu
+from metainfer_core.errors import MetaInferError
+from metainfer_core.ir.tensors import input_feeds_spec, tensor_infos, tuned_shapes
+from metainfer_core.prepare.stage import prepare_stage
+
+from graphs import tagger
+
+
+def _dims(model, name):
+    vi = next(i for i in model.graph.input if i.name == name)
+    return [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+
+def test_a_declared_range_keeps_the_varying_dim_symbolic_and_binds_the_fixed_one(settings_for, tmp_path):
+    path = tagger(tmp_path / "tagger.onnx")
+    s = settings_for("model=file", f"model.path={path}", "target=cpu",
+                     "model.shape_range={ids:[1,[8,32]],mask:[1,[8,32]]}", "model.input_shapes={ids:[1,16]}")
+    said: list[str] = []
+    p = prepare_stage(s, False, progress=said.append)
+    assert _dims(p.model, "ids")[0] == 1 and isinstance(_dims(p.model, "ids")[1], str)   # batch bound, seq kept
+    assert tuned_shapes(p.model) == {"ids": [1, 16], "mask": [1, 16]}     # the shared symbol: one size for both
+    assert {k: v.shape for k, v in input_feeds_spec(p.model).items()} == {"ids": (1, 16), "mask": (1, 16)}
+    assert tensor_infos(p.model)["pooled"].shape == (1, 8) and tensor_infos(p.model)["p"].shape == (16, 8)
+    assert p.feeds[0]["ids"].shape == (1, 16)
+    # the range's other points: random inputs there, and the original's outputs on them
+    assert [pt.name for pt, _ in p.point_sets] == ["min", "max"]
+    for point, samples in p.point_sets:
+        assert samples.feeds[0]["ids"].shape == tuple(point.shapes["ids"]) == samples.feeds[0]["mask"].shape
+        np.testing.assert_allclose(samples.reference[0][0], run_cpu(onnx.load(path), samples.feeds[:1])[0][0],
+                                   rtol=1e-5, atol=1e-6)
+    assert abs(sum(pt.weight for pt in p.served.points) - 1) < 1e-9
+    assert any("keeping ids [1, 8..32]" in m for m in said), said
+    # the graph still runs at other lengths: nothing was folded at the tuned one
+    out = run_cpu(p.model, [{"ids": np.zeros((1, 29), np.int64), "mask": np.ones((1, 29), np.int64)}])
+    assert out[0][0].shape == (1, 3)
+
+
+def test_without_a_range_every_symbolic_dim_stays_and_half_and_double_are_checked(settings_for, tmp_path):
+    path = tagger(tmp_path / "tagger.onnx")
+    s = settings_for("model=file", f"model.path={path}", "target=cpu", "model.input_shapes={ids:[2,12],mask:[2,12]}")
+    p = prepare_stage(s, False, progress=lambda m: None)
+    assert all(isinstance(d, str) for d in _dims(p.model, "ids"))
+    assert not p.served.declared
+    assert {pt.name: pt.shapes["ids"] for pt in p.served.points} == {"opt": [2, 12], "min": [1, 6], "max": [4, 24]}
+
+
+def test_a_derived_point_the_model_cannot_run_at_is_dropped_with_a_warning(settings_for, tmp_path):
+    path = tagger(tmp_path / "tagger.onnx", table_rows=20)       # double the tuned 12 is past the table
+    s = settings_for("model=file", f"model.path={path}", "target=cpu", "model.input_shapes={ids:[1,12],mask:[1,12]}")
+    said: list[str] = []
+    p = prepare_stage(s, False, progress=said.append)
+    assert [pt.name for pt in p.served.points] == ["opt", "min"]
+    assert p.served.dropped and "not verified there" in p.served.dropped[0] and "[2, 24]" in p.served.dropped[0]
+    assert abs(sum(pt.weight for pt in p.served.points) - 1) < 1e-9
+    assert any(m.startswith("WARNING: shapes:") for m in said)
+
+
+def test_a_declared_range_the_model_cannot_run_at_is_refused(settings_for, tmp_path):
+    path = tagger(tmp_path / "tagger.onnx", table_rows=20)
+    s = settings_for("model=file", f"model.path={path}", "target=cpu", "model.shape_range={ids:[1,[8,24]],mask:[1,[8,24]]}")
+    with pytest.raises(MetaInferError, match=r"cannot run at: at max \(ids \[1, 24\].*Narrow model.shape_range"):
+        prepare_stage(s, False, progress=lambda m: None)
+
+
+def test_buckets_pad_only_along_an_axis_where_padding_changes_nothing_else(tmp_path):
+    """The batch axis is paddable (rows are independent; the output's batch axis follows it);
+    the sequence axis is not: the masked mean divides by the padded length."""
+    from metainfer_core.normalize.shape_range import parse_shape_range
+    from metainfer_core.prepare.buckets import bucket_layout, choose_buckets
+
+    model = onnx.load(tagger(tmp_path / "tagger.onnx"))
+    layout = bucket_layout(model, {"ids": [[1, 8], [8, 32]], "mask": [[1, 8], [8, 32]]}, {"ids": [2, 16], "mask": [2, 16]})
+    assert layout.axes == {"ids": [0], "mask": [0]}
+    assert layout.follows == {"ids": {"0": {"y": 0}}, "mask": {"0": {"y": 0}}}
+    assert [b["ids"] for b in layout.buckets] == [[1, 8], [2, 16], [8, 32]]
+    # a range that fixes a dim yields buckets that agree on it; duplicates merge
+    ranges = parse_shape_range({"ids": [1, [8, 32]]})
+    assert choose_buckets(ranges, {"ids": [1, 8]}) == [{"ids": [1, 8]}, {"ids": [1, 32]}]
