@@ -3,8 +3,9 @@
 Threads are pinned like the ONNX Runtime backend's (`intra_op_threads`), with the latency hint
 and one stream, so both paths are compared on equal resources. `inference_precision` sets
 OpenVINO's INFERENCE_PRECISION_HINT (f32 | bf16 | f16; always explicit: the plugin's default
-on a CPU with AVX512_BF16 is bf16, which changes the numerics). Inputs with dynamic dims are
-reshaped to the first feeds' shapes before compiling (the plugin is faster on static shapes)."""
+on a CPU with AVX512_BF16 is bf16, which changes the numerics). A graph that serves a shape range
+is compiled once for it, as deployed (OvCompiled); other inputs with dynamic dims are reshaped to
+the first feeds' shapes before compiling (the plugin is faster on static shapes)."""
 from __future__ import annotations
 
 import functools
@@ -18,7 +19,7 @@ from metainfer_core.backends import cpu_features
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.backends.timing import scaled_reps
-from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.ir.tensors import declared_range, random_feeds, tuned_shapes
 
 _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 
@@ -53,28 +54,34 @@ def _static(model: onnx.ModelProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
+def _partial_shape(dims: list):
+    """OpenVINO's bounded shape of one input of a declared range (ints, [min, max] or [min, max, step])."""
+    import openvino as ov
+
+    return ov.PartialShape([ov.Dimension(d) if isinstance(d, int) else ov.Dimension(d[0], d[1]) for d in dims])
+
+
 class OvCompiled(Compiled):
     """One OpenVINO compiled model and its infer request; outputs in the graph's output order."""
 
-    def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False,
-                 bounds: dict[str, list[tuple[int, int]]] | None = None):
-        """bounds: {input: [(min, max) per axis]}: compiled once for every shape within them (a
-        deployed plan's shape range), never re-compiled per shape."""
-        self._backend, self._profile, self._bounds = backend, profile, bounds
+    def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False):
+        """A graph that serves a shape range (symbolic dims with tuned sizes recorded) is compiled
+        once for the range's bounds (unbounded where no range was declared), as a deployment runs
+        it; any other graph with dynamic dims once per input shape it meets."""
+        self._backend, self._profile = backend, profile
         self._bytes = model.SerializeToString()
         self._outputs = [o.name for o in model.graph.output]
         self._shapes: tuple | None = None
+        self._general = bool(tuned_shapes(model))
+        self._bounds = declared_range(model)
         self.compile_s = 0.0
         self.request = None
-        if _static(model) or bounds:
+        if _static(model) or self._general:
             self._compile(None)
 
     def _read(self, feeds: dict[str, np.ndarray] | None):
         if feeds is None and self._bounds:
-            import openvino as ov
-
-            return read_onnx(self._bytes, {k: ov.PartialShape([ov.Dimension(lo, hi) for lo, hi in dims])
-                                           for k, dims in self._bounds.items()})
+            return read_onnx(self._bytes, {k: _partial_shape(dims) for k, dims in self._bounds.items()})
         if feeds is None:
             return read_onnx(self._bytes)
         ov_model = read_onnx(self._bytes, {k: list(v.shape) for k, v in feeds.items()})

@@ -94,12 +94,6 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed | 
     else:
         raise MetaInferError(f"{plan_file} names execution path {record['runtime']!r}, which this version cannot load.")
     inits = {i.name for i in model.graph.initializer}
-    if record["runtime"] == "openvino" and ranges:     # one compile for the whole range
-        from metainfer_core.backends.ov_backend import OvCompiled
-
-        compiled = OvCompiled(backend, model, bounds={k: [(r.low, r.high) for r in dims] for k, dims in ranges.items()})
-    else:
-        compiled = backend.compile(model)
-    deployed = Deployed(compiled, record, [i.name for i in model.graph.input if i.name not in inits], ranges)
+    deployed = Deployed(backend.compile(model), record, [i.name for i in model.graph.input if i.name not in inits], ranges)
     deployed.output_names = [o.name for o in model.graph.output]
     return deployed

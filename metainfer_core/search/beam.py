@@ -20,6 +20,7 @@ import onnx
 
 from metainfer_core.actions import ACTIONS, ActionContext, Step, expand
 from metainfer_core.actions.base import share_analysis
+from metainfer_core.ir.tensors import carry_tuned_shapes
 from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS
 from metainfer_core.actions.nncf_engine import NNCF
 from metainfer_core.actions.ort_engine import ORT
@@ -527,7 +528,7 @@ class _Search:
         result = self.result
         t_apply = time.perf_counter()
         try:
-            model = action.apply(state.model, site, params, self.ctx)
+            model = carry_tuned_shapes(state.model, action.apply(state.model, site, params, self.ctx))
         except Exception as exc:  # noqa: BLE001 - a rewrite refusing a graph prunes that branch only
             result.failed[action.name] = f"{type(exc).__name__}: {_first_line(exc)}"
             result.log.append(_entry(self.level, state.steps + (step,), failed=result.failed[action.name]))
