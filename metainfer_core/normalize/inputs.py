@@ -1,6 +1,10 @@
 """The user's input samples (data.inputs: an .npz with one array per model input, keyed by the
 input's name, first axis the samples), checked against the model's inputs, so every stage that
-runs the model, normalize included, runs it on real values."""
+runs the model, normalize included, runs it on real values.
+
+Samples of different shapes (text of several lengths, images of several widths) come in groups,
+one shape each: arrays keyed `<input>/<group>` (`ids/short`, `ids/long`; labels `labels/short`),
+every input with the same groups and, within a group, the same number of samples."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -103,6 +107,39 @@ def _array_problem(arr: np.ndarray) -> str | None:
     return None
 
 
+GROUP = "/"    # `<input>/<group>`: one group of samples of one shape
+
+
+def sample_groups(samples: dict[str, np.ndarray], path: str) -> dict[str, dict[str, np.ndarray]]:
+    """{group: {input: its samples}}; one group "" when no key names a group. A malformed file
+    (an input both plain and grouped, groups that differ between inputs, a group whose inputs
+    hold different sample counts) is refused (MetaInferError)."""
+    grouped = {k for k in samples if GROUP in k}
+    if not grouped:
+        return {"": samples}
+    plain = {k for k in samples if GROUP not in k}
+    both = sorted(plain & {k.split(GROUP, 1)[0] for k in grouped})
+    if both:
+        raise MetaInferError(f"data.inputs={path} holds {both} both as one array and in groups ('<input>/<group>'); "
+                             "keep one form per input: groups for samples of several shapes, one group per shape.")
+    groups: dict[str, dict[str, np.ndarray]] = {}
+    for key in sorted(grouped):
+        name, group = key.split(GROUP, 1)
+        groups.setdefault(group, {})[name] = samples[key]
+    names = {g: sorted(v) for g, v in groups.items()}
+    if len({tuple(v) for v in names.values()}) > 1:
+        listed = "; ".join(f"{g}: {v}" for g, v in names.items())
+        raise MetaInferError(f"data.inputs={path}: its groups do not hold the same arrays ({listed}); every group "
+                             "needs one array per model input ('<input>/<group>'), with the labels, if any, as "
+                             "'labels/<group>'.")
+    for g, arrays in groups.items():
+        counts = {k: len(v) for k, v in arrays.items() if np.ndim(v) >= 1}
+        if len(set(counts.values())) > 1:
+            raise MetaInferError(f"data.inputs={path}: group {g!r} holds different numbers of samples per array "
+                                 f"({counts}); each array of a group holds the same samples, first axis the sample.")
+    return groups
+
+
 def sample_shapes(model: onnx.ModelProto, samples: dict[str, np.ndarray],
                   input_shapes: dict[str, list[int]] | None) -> tuple[dict[str, list[int]] | None, dict[str, list[int]]]:
     """`input_shapes` plus, for every fed input with a symbolic or unknown dim that it does not
@@ -128,11 +165,11 @@ def sample_shapes(model: onnx.ModelProto, samples: dict[str, np.ndarray],
     return (given or None), taken
 
 
-def sample_feeds(model: onnx.ModelProto, samples: dict[str, np.ndarray], path: str, labels_key: str
-                 ) -> tuple[list[Feeds], np.ndarray | None]:
+def sample_feeds(model: onnx.ModelProto, samples: dict[str, np.ndarray], path: str, labels_key: str,
+                 shapes: dict[str, list[int]] | None = None) -> tuple[list[Feeds], np.ndarray | None]:
     """One feed per sample, each array cast to its input's dtype and checked against its
-    (bound) shape; plus the labels when the .npz has them."""
-    spec = input_feeds_spec(model)
+    (bound or tuned, else `shapes`') shape; plus the labels when the .npz has them."""
+    spec = input_feeds_spec(model, shapes)
     missing = sorted(set(spec) - set(samples))
     if missing:
         raise MetaInferError(f"data.inputs={path} has no array for model input(s) {missing} "

@@ -47,7 +47,8 @@ def shapes_section(plan: dict) -> list[str]:
             "|---|---|---|---|---|---|---|", *("| " + " | ".join(r) + " |" for r in rows), ""]
     agg = shapes.get("aggregate_ratio")
     out.append("Latencies: the plan and the default timed alone together at each point; accuracy loss at the tuned "
-               "shape on the judging samples, elsewhere on random inputs against the original model"
+               "shape on the judging samples, elsewhere on data.inputs' samples of that shape or else random inputs, "
+               "against the original model"
                + (f"; weighted speed-up {1 / agg:.2f}x." if _ok(agg) and agg > 0 else "."))
     if shapes.get("not_verified"):
         out += [""] + [f"- {w}" for w in shapes["not_verified"]]

@@ -115,7 +115,7 @@ def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndar
 def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
     from metainfer_core.normalize.equivalence import MAX_SAMPLES
     from metainfer_core.normalize.input_memory import check_input_memory
-    from metainfer_core.normalize.inputs import load_samples
+    from metainfer_core.normalize.inputs import load_samples, sample_groups
     from metainfer_core.normalize.shape_range import describe
     from metainfer_core.normalize.shapes import bind_input_shapes, unknown_negative_dims
 
@@ -123,8 +123,9 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
     original, source = load_original(s)
     sha = hashlib.sha256(original.SerializeToString()).hexdigest()
     progress(f"normalize: {len(original.graph.node)} nodes from {source}")
-    samples = load_samples(s.data.inputs) if s.data.inputs is not None else None
-    served = served_shapes(original, s.model.shape_range, s.model.input_shapes or None, samples, target_static_shapes)
+    groups = sample_groups(load_samples(s.data.inputs), s.data.inputs) if s.data.inputs is not None else None
+    served = served_shapes(original, s.model.shape_range, s.model.input_shapes or None, groups, target_static_shapes)
+    samples = groups[served.sample_group] if groups is not None else None
     if served.taken_from_samples:   # dims model.input_shapes leaves symbolic take the samples' sizes
         progress(f"normalize: {'binding' if target_static_shapes else 'tuning'} "
                  + ", ".join(f"{k} to {v}" for k, v in served.taken_from_samples.items())
@@ -177,30 +178,41 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
     if degenerate:
         progress(f"WARNING: reference outputs {degenerate} are near-constant on the validation inputs, so accuracy "
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
-    point_sets = _point_sets(s, result.model, served, progress)
+    point_sets = _point_sets(s, result.model, served, progress, groups)
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
                     make_loss(s.accuracy.metric, labels), time.perf_counter() - t0, held_out=held_out,
                     judged_on=judged_on, warnings=warnings, served=served, point_sets=point_sets)
+
+
+def _point_feeds(s: Settings, model: onnx.ModelProto, point: Point, k: int,
+                 groups: dict[str, dict[str, np.ndarray]] | None) -> tuple[list[dict[str, np.ndarray]], np.ndarray | None]:
+    from metainfer_core.normalize.inputs import sample_feeds
+
+    for arrays in (groups or {}).values():
+        if all(list(arrays[name].shape[1:]) == shape for name, shape in point.shapes.items() if name in arrays):
+            return sample_feeds(model, arrays, s.data.inputs, s.data.labels_key, shapes=point.shapes)
+    return [random_feeds(model, seed=s.seed + POINT_SEED + POINT_SAMPLES * k + j, shapes=point.shapes)
+            for j in range(POINT_SAMPLES)], None
 
 
 POINT_SAMPLES = 2           # random inputs per point of the shape range other than the tuned one
 POINT_SEED = 2000           # their seeds: apart from the calibration and held-out ones
 
 
-def _point_sets(s: Settings, model: onnx.ModelProto, served: ServedShapes, progress: Progress
-                ) -> list[tuple[Point, SampleSet]]:
-    """Random inputs and the reference outputs at each point of the range but the tuned one. A
-    declared range the model itself cannot run at is refused; a derived point (half or double
-    the tuned size) the model cannot run at is dropped, and a run warning says so."""
+def _point_sets(s: Settings, model: onnx.ModelProto, served: ServedShapes, progress: Progress,
+                groups: dict[str, dict[str, np.ndarray]] | None = None) -> list[tuple[Point, SampleSet]]:
+    """The inputs and the reference outputs at each point of the range but the tuned one: the
+    samples of data.inputs' group of that shape, else random ones. A declared range the model
+    itself cannot run at is refused; a derived point (half or double the tuned size) the model
+    cannot run at is dropped, and a run warning says so."""
     sets, kept = [], []
     for k, point in enumerate(served.points):
         if point.name == "opt":
             kept.append(point)
             continue
         try:
-            feeds = [random_feeds(model, seed=s.seed + POINT_SEED + POINT_SAMPLES * k + j, shapes=point.shapes)
-                     for j in range(POINT_SAMPLES)]
-            sets.append((point, SampleSet(feeds, run_cpu(model, feeds), make_loss(s.accuracy.metric, None))))
+            feeds, labels = _point_feeds(s, model, point, k, groups)
+            sets.append((point, SampleSet(feeds, run_cpu(model, feeds), make_loss(s.accuracy.metric, labels))))
             kept.append(point)
         except Exception as exc:  # noqa: BLE001 - the model's own limit (a position table, a stride), said below
             why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

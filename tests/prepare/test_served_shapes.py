@@ -85,3 +85,40 @@ def test_buckets_pad_only_along_an_axis_where_padding_changes_nothing_else(tmp_p
     # a range that fixes a dim yields buckets that agree on it; duplicates merge
     ranges = parse_shape_range({"ids": [1, [8, 32]]})
     assert choose_buckets(ranges, {"ids": [1, 8]}) == [{"ids": [1, 8]}, {"ids": [1, 32]}]
+
+
+def _grouped(path, groups):
+    rng = np.random.default_rng(2)
+    arrays = {}
+    for name, (n, seq) in groups.items():
+        arrays[f"ids/{name}"] = rng.integers(0, 16, (n, 1, seq))
+        arrays[f"mask/{name}"] = np.ones((n, 1, seq), np.int64)
+    np.savez(path, **arrays)
+    return path
+
+
+def test_samples_of_several_shapes_come_in_groups_and_weigh_the_points(settings_for, tmp_path):
+    path = tagger(tmp_path / "tagger.onnx")
+    npz = _grouped(tmp_path / "in.npz", {"short": (4, 8), "mid": (8, 16), "long": (2, 24)})
+    s = settings_for("model=file", f"model.path={path}", f"data.inputs={npz}",
+                     "model.shape_range={ids:[1,[8,32]],mask:[1,[8,32]]}")
+    p = prepare_stage(s, False, progress=lambda m: None)
+    assert tuned_shapes(p.model) == {"ids": [1, 16], "mask": [1, 16]}          # the most frequent shape
+    assert p.served.sample_group == "mid" and len(p.feeds) + len(p.held_out.feeds) == 8
+    weights = {pt.name: (pt.shapes["ids"][1], pt.weight) for pt in p.served.points}
+    assert weights["opt"][0] == 16 and weights["min"][0] == 8 and weights["max"][0] == 32 and weights["data 1"][0] == 24
+    assert weights["opt"][1] > weights["min"][1] > weights["data 1"][1] and abs(sum(w for _, w in weights.values()) - 1) < 1e-9
+    sets = {pt.name: ss for pt, ss in p.point_sets}
+    real = np.load(npz)
+    np.testing.assert_array_equal(sets["min"].feeds[3]["ids"], real["ids/short"][3])     # the group's own samples
+    assert len(sets["data 1"].feeds) == 2 and len(sets["max"].feeds) == 2              # random at max: no sample there
+
+
+def test_malformed_groups_are_refused(settings_for, tmp_path):
+    path = tagger(tmp_path / "tagger.onnx")
+    npz = tmp_path / "bad.npz"
+    np.savez(npz, **{"ids/a": np.zeros((2, 1, 8), np.int64), "mask/a": np.ones((2, 1, 8), np.int64),
+                     "ids/b": np.zeros((3, 1, 16), np.int64)})
+    s = settings_for("model=file", f"model.path={path}", f"data.inputs={npz}")
+    with pytest.raises(MetaInferError, match=r"groups do not hold the same arrays"):
+        prepare_stage(s, False, progress=lambda m: None)
