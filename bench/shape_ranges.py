@@ -139,9 +139,10 @@ def range_override(ranges: Ranges) -> str:
 
 # --- points and feeds -------------------------------------------------------------------------
 
-def _varying(ranges: Ranges, groups: list[list[Dim]]) -> list[list[Dim]]:
-    return [[(n, a) for n, a in g if n in ranges and not ranges[n][a].fixed] for g in groups
-            if any(n in ranges and not ranges[n][a].fixed for n, a in g)]
+def _varying(ranges: Ranges, groups: list[list[Dim]]) -> list[tuple[int, list[Dim]]]:
+    """(index in `groups`, its dims the range varies) of each group the range varies."""
+    out = [(k, [(n, a) for n, a in g if n in ranges and not ranges[n][a].fixed]) for k, g in enumerate(groups)]
+    return [(k, g) for k, g in out if g]
 
 
 def _grid(r: DimRange, rng: np.random.Generator, n: int) -> list[int]:
@@ -155,11 +156,11 @@ def check_points(ranges: Ranges, groups: list[list[Dim]], seed: int = 0, n: int 
     others' draws as they were)."""
     lows = {name: [r.low for r in dims] for name, dims in ranges.items()}
     out = [("min", lows), ("max", {name: [r.high for r in dims] for name, dims in ranges.items()})]
-    draws = [_grid(ranges[g[0][0]][g[0][1]], np.random.default_rng([seed, k]), n)
-             for k, g in enumerate(_varying(ranges, groups))]
+    varying = [g for _, g in _varying(ranges, groups)]
+    draws = [_grid(ranges[g[0][0]][g[0][1]], np.random.default_rng([seed, k]), n) for k, g in _varying(ranges, groups)]
     for i in range(n):
         shapes = {name: list(dims) for name, dims in lows.items()}
-        for g, values in zip(_varying(ranges, groups), draws):
+        for g, values in zip(varying, draws):
             for name, axis in g:
                 shapes[name][axis] = values[i]
         out.append((f"random {i + 1}", shapes))
@@ -198,7 +199,7 @@ def narrow(original: onnx.ModelProto, ranges: Ranges, groups: list[list[Dim]], o
             shapes[name][axis] = size
         return _runs(session, feeds_at(original, shapes, seed, fixed))
 
-    for k, g in enumerate(_varying(ranges, groups)):
+    for k, g in _varying(ranges, groups):
         name, axis = g[0]
         r, t = ranges[name][axis], opt[name][axis]
         where = f"{name} axis {axis}" + (f" (with {', '.join(f'{n} axis {a}' for n, a in g[1:])})" if g[1:] else "")
@@ -305,8 +306,9 @@ def _refusal(plan, original, ranges: Ranges, groups: list[list[Dim]], seed: int,
     if not varying:
         return {"refused_outside": None, "refused": "no dim varies"}
     shapes = {name: [r.low for r in dims] for name, dims in ranges.items()}
-    r = ranges[varying[0][0][0]][varying[0][0][1]]
-    for name, axis in varying[0]:
+    first = varying[0][1]
+    r = ranges[first[0][0]][first[0][1]]
+    for name, axis in first:
         shapes[name][axis] = r.high + r.step
     feeds = feeds_at(original, shapes, seed, fixed)
     try:
@@ -333,8 +335,10 @@ def peers_at(folder: Path, original: onnx.ModelProto, shapes: dict[str, list[int
     except Exception as exc:  # noqa: BLE001 - a comparison that breaks is this point's finding
         return {"shapes": shapes, "error": f"peers: {short(exc)}"}
     best = report.fastest_peer(c, bound)
+    mine = c.get("meta_infer") or {}
     return {"shapes": shapes, "compare": c, "fastest": best and best[0], "fastest_ms": best and best[1],
-            "meta_ms": (c.get("meta_infer") or {}).get("latency_ms"),
+            "meta_ms": mine.get("latency_ms"), "meta_loss": mine.get("accuracy_loss"),
+            "meta_over": mine.get("accuracy_loss") is not None and mine["accuracy_loss"] > bound,
             "vs_fastest": report.compare_ratios({"compare": c}, bound)["vs_fastest"]}
 
 
@@ -391,6 +395,10 @@ def bench_one(entry: modelset.Entry, overrides: list[str], timeout: float | None
         points["opt"] = {name: list(tuned.get(name) or opt[name]) for name in ranges}
         row["peers"] = {}
         for name in PEER_POINTS:
+            same = next((k for k, v in row["peers"].items() if v["shapes"] == points[name]), None)
+            if same is not None:        # opt at an end of the range: timed once
+                row["peers"][name] = dict(row["peers"][same], same_as=same)
+                continue
             say(f"{entry.key}: peers vs meta-infer at {name} {points[name]}")
             row["peers"][name] = peers_at(folder, original, points[name], seed + 100, rounds,
                                           row["accuracy_bound"] or 0.01, fixed)
@@ -412,6 +420,13 @@ def _plan_speedup(row: dict, point: str) -> float | None:
 
 def _vs(row: dict, point: str) -> float | None:
     return ((row.get("peers") or {}).get(point) or {}).get("vs_fastest")
+
+
+def _vs_cell(row: dict, point: str) -> str:
+    """meta-infer / the fastest peer within the bound at `point`; `*` where meta-infer's own loss
+    there is above the bound (the comparison then flatters it)."""
+    over = ((row.get("peers") or {}).get(point) or {}).get("meta_over")
+    return report._x(_vs(row, point)) + ("*" if over else "")
 
 
 def _runs_cell(c: dict) -> str:
@@ -439,7 +454,7 @@ def table(rows: list[dict], with_peers: bool) -> list[str]:
                  _yn(c.get("refused_outside")),
                  " / ".join(report._x(_plan_speedup(r, p)) for p in PEER_POINTS)]
         if with_peers:
-            cells.append(" / ".join(report._x(_vs(r, p)) for p in PEER_POINTS))
+            cells.append(" / ".join(_vs_cell(r, p) for p in PEER_POINTS))
         cells += [f"{r.get('adapt_s', 0):.0f}", f"{r.get('total_s', 0):.0f}"]
         out.append("| " + " | ".join(cells) + " |")
     g = [report._x(report._gmean([_plan_speedup(r, p) for r in rows])) for p in PEER_POINTS]
@@ -461,11 +476,11 @@ def peers_detail(rows: list[dict]) -> list[str]:
             if p.get("error"):
                 out.append(f"| {r['name']} | {point} | {p['shapes']} | {p['error']} | | | |")
                 continue
-            mine = (p["compare"].get("meta_infer") or {})
-            loss = mine.get("accuracy_loss")
-            out.append(f"| {r['name']} | {point} | {p['shapes']} | {report._f(p['meta_ms'], '.4g')} "
-                       f"({report._f(loss, '.2g')}) | {p['fastest'] or 'none'} | {report._f(p['fastest_ms'], '.4g')} "
-                       f"| {report._x(p['vs_fastest'])} |")
+            over = ", above the bound" if p.get("meta_over") else ""
+            same = f" (= {p['same_as']})" if p.get("same_as") else ""
+            out.append(f"| {r['name']} | {point}{same} | {p['shapes']} | {report._f(p['meta_ms'], '.4g')} "
+                       f"(loss {report._f(p.get('meta_loss'), '.2g')}{over}) | {p['fastest'] or 'none'} "
+                       f"| {report._f(p['fastest_ms'], '.4g')} | {_vs_cell(r, point)} |")
     return out
 
 
@@ -483,7 +498,7 @@ def findings(rows: list[dict]) -> list[str]:
             lines.append(f"- {r['check_error']}")
         for point, p in (r.get("peers") or {}).items():
             lines += [f"- peers at {point}: {k}: {v['error']}" for k, v in (p.get("compare") or {}).items()
-                      if (v or {}).get("error")]
+                      if (v or {}).get("error") and not p.get("same_as")]
         if r.get("error"):
             lines += ["", "```", r["error"].strip(), "```"]
         if lines:
@@ -520,7 +535,8 @@ def main(argv: list[str]) -> int:
     if args.peers:
         print("\nAt each point, the peers of bench/peers.py and meta-infer's plan timed side by side on "
               f"{SAMPLES} random inputs there ({args.rounds} interleaved rounds at least); speed-up: the fastest peer "
-              "within plan.json's accuracy_bound over meta-infer (> 1: meta-infer faster):\n")
+              "within plan.json's accuracy_bound over meta-infer (> 1: meta-infer faster; * where meta-infer's own "
+              "loss there is above that bound):\n")
         print("\n".join(peers_detail(rows)))
     print("\n".join(findings(rows)))
     if args.json is not None:

@@ -3,9 +3,9 @@
 Threads are pinned like the ONNX Runtime backend's (`intra_op_threads`), with the latency hint
 and one stream, so both paths are compared on equal resources. `inference_precision` sets
 OpenVINO's INFERENCE_PRECISION_HINT (f32 | bf16 | f16; always explicit: the plugin's default
-on a CPU with AVX512_BF16 is bf16, which changes the numerics). A graph that serves a shape range
-is compiled once for it, as deployed (OvCompiled); other inputs with dynamic dims are reshaped to
-the first feeds' shapes before compiling (the plugin is faster on static shapes)."""
+on a CPU with AVX512_BF16 is bf16, which changes the numerics). A graph that serves a declared
+shape range is compiled once for its bounds, as deployed (OvCompiled); other inputs with dynamic
+dims are reshaped to the feeds' shapes before compiling (the plugin is faster on static shapes)."""
 from __future__ import annotations
 
 import functools
@@ -19,7 +19,7 @@ from metainfer_core.backends import cpu_features
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.backends.timing import scaled_reps
-from metainfer_core.ir.tensors import declared_range, random_feeds, tuned_shapes
+from metainfer_core.ir.tensors import declared_range, random_feeds
 
 _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 
@@ -65,18 +65,17 @@ class OvCompiled(Compiled):
     """One OpenVINO compiled model and its infer request; outputs in the graph's output order."""
 
     def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False):
-        """A graph that serves a shape range (symbolic dims with tuned sizes recorded) is compiled
-        once for the range's bounds (unbounded where no range was declared), as a deployment runs
-        it; any other graph with dynamic dims once per input shape it meets."""
+        """A graph that serves a declared shape range is compiled once for the range's bounds, as
+        a deployment runs it; any other graph with dynamic dims once per input shape it meets
+        (a static compile: the faster one where the shape does not change)."""
         self._backend, self._profile = backend, profile
         self._bytes = model.SerializeToString()
         self._outputs = [o.name for o in model.graph.output]
         self._shapes: tuple | None = None
-        self._general = bool(tuned_shapes(model))
         self._bounds = declared_range(model)
         self.compile_s = 0.0
         self.request = None
-        if _static(model) or self._general:
+        if _static(model) or self._bounds:
             self._compile(None)
 
     def _read(self, feeds: dict[str, np.ndarray] | None):
