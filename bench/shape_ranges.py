@@ -22,13 +22,13 @@ Per model:
 3. check_run on the run folder: the delivered model.onnx keeps a symbolic dim wherever the range
    varies one; the plan (metainfer_core.plan.deployable.load_plan) runs at the range's min and max
    and at 5 seeded random points inside it, each scored with plan_loss against the ORIGINAL model
-   on ONNX Runtime at the same inputs (random_feeds on the original, integer inputs within what the
-   graph allows; inputs the range does not vary take the first real sample, e.g. sr = 16000),
+   on ONNX Runtime at the same inputs (the real samples cropped or tiled to the point's shape, as
+   verify does: feeds_at; inputs the range does not vary take their real sample, e.g. sr = 16000),
    within plan.json's accuracy_bound; and it refuses a shape one step above the range's max with a
    MetaInferError. A point the original itself cannot run at is reported as such, not as the plan's.
 4. Unless --no-peers: at min, opt (the tuned shape) and max, the peers of bench/peers.py and the
    plan timed side by side (bench/ort_baselines.py compare, against the run's default.onnx, on
-   SAMPLES random inputs at that point), and meta-infer against the fastest peer within the
+   SAMPLES real inputs fitted to that point), and meta-infer against the fastest peer within the
    accuracy bound (bench/report.py compare_ratios); geo-means per point over the models at the end.
 
     python -m bench.shape_ranges [--only key,key] [--timeout S per adapt] [--no-peers] [--rounds N]
@@ -58,6 +58,7 @@ from metainfer_core.accuracy.metric import plan_loss
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.runs import cpu_session
 from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.normalize.inputs import fit_to_shape
 from metainfer_core.normalize.shape_range import DimRange, Ranges, describe, from_json, to_json
 from metainfer_core.normalize.shapes import symbolic_inputs, unknown_negative_dims
 
@@ -168,11 +169,18 @@ def check_points(ranges: Ranges, groups: list[list[Dim]], seed: int = 0, n: int 
 
 
 def feeds_at(original: onnx.ModelProto, shapes: dict[str, list[int]], seed: int,
-             fixed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Seeded random inputs of the original model at `shapes` (random_feeds), the inputs in
-    `fixed` (those no range varies) at their given values."""
+             real: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Inputs of the original model at `shapes`: from the real samples (`real`: input -> its
+    samples, first axis the sample; sample `seed` mod their number), cropped or tiled to the
+    shape as verify does (normalize/inputs.py fit_to_shape), so that values stay in the range
+    the plan was calibrated on; seeded random inputs (random_feeds) for an input without samples.
+    An input no range varies takes its sample as it is."""
     feeds = random_feeds(original, seed, shapes={k: list(v) for k, v in shapes.items()})
-    return feeds | {k: np.asarray(v) for k, v in (fixed or {}).items() if k not in shapes}
+    for k, arrays in (real or {}).items():
+        sample = np.asarray(arrays[seed % len(arrays)])
+        feeds[k] = fit_to_shape(sample, list(shapes[k])).astype(feeds[k].dtype) if k in shapes and k in feeds \
+            else sample
+    return feeds
 
 
 def _runs(session, feeds) -> str | None:
@@ -344,11 +352,11 @@ def peers_at(folder: Path, original: onnx.ModelProto, shapes: dict[str, list[int
 
 # --- one model --------------------------------------------------------------------------------
 
-def _first_samples(npz: Path | None, names) -> dict[str, np.ndarray]:
+def _real_samples(npz: Path | None, names) -> dict[str, np.ndarray]:
     if npz is None:
         return {}
     with np.load(npz) as data:
-        return {k: np.asarray(data[k][0]) for k in names if k in data.files}
+        return {k: np.asarray(data[k]) for k in names if k in data.files}
 
 
 def bench_one(entry: modelset.Entry, overrides: list[str], timeout: float | None, peers: bool, rounds: int,
@@ -365,7 +373,7 @@ def bench_one(entry: modelset.Entry, overrides: list[str], timeout: float | None
         return row | {"skipped": "no symbolic input dim"}
     opt = {name: list(m.input_shapes.get(name) or []) for name in symbolic}
     groups = dim_groups(symbolic, opt)
-    fixed = _first_samples(entry.npz, [n for n, dims in symbolic.items() if not any(isinstance(d, str) for d in dims)])
+    fixed = _real_samples(entry.npz, list(symbolic))
     built = build_range(symbolic, opt, corpus_step(m))
     say(f"{entry.key}: built range {describe(built)}; probing the original model at its ends")
     ranges, row["narrowed"] = narrow(original, built, groups, opt, fixed, seed)

@@ -140,6 +140,18 @@ def sample_groups(samples: dict[str, np.ndarray], path: str) -> dict[str, dict[s
     return groups
 
 
+def fit_to_shape(arr: np.ndarray, shape: list[int]) -> np.ndarray:
+    """A real sample brought to another shape of the range: cropped along an axis where `shape`
+    is shorter, repeated (tiled) where it is longer. Its values stay real (audio stays in its
+    range, ids in the vocabulary, a mask a mask), which random values of another distribution
+    are not: an int8 plan calibrated on real values would be judged on values it clips."""
+    out = np.asarray(arr)
+    for axis, size in enumerate(shape):
+        if out.shape[axis] != size:
+            out = np.take(out, np.arange(size) % out.shape[axis], axis=axis)
+    return out
+
+
 def sample_shapes(model: onnx.ModelProto, samples: dict[str, np.ndarray],
                   input_shapes: dict[str, list[int]] | None) -> tuple[dict[str, list[int]] | None, dict[str, list[int]]]:
     """`input_shapes` plus, for every fed input with a symbolic or unknown dim that it does not

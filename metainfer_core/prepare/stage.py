@@ -178,19 +178,26 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
     if degenerate:
         progress(f"WARNING: reference outputs {degenerate} are near-constant on the validation inputs, so accuracy "
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
-    point_sets = _point_sets(s, result.model, served, progress, groups)
+    real = (held_out.feeds if held_out is not None else feeds) if s.data.inputs is not None else None
+    point_sets = _point_sets(s, result.model, served, progress, groups, real)
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
                     make_loss(s.accuracy.metric, labels), time.perf_counter() - t0, held_out=held_out,
                     judged_on=judged_on, warnings=warnings, served=served, point_sets=point_sets)
 
 
 def _point_feeds(s: Settings, model: onnx.ModelProto, point: Point, k: int,
-                 groups: dict[str, dict[str, np.ndarray]] | None) -> tuple[list[dict[str, np.ndarray]], np.ndarray | None]:
-    from metainfer_core.normalize.inputs import sample_feeds
+                 groups: dict[str, dict[str, np.ndarray]] | None, real: list[dict[str, np.ndarray]] | None
+                 ) -> tuple[list[dict[str, np.ndarray]], np.ndarray | None]:
+    """data.inputs' group of the point's shape; else real samples (`real`: the judging ones)
+    cropped or tiled to it; else random inputs."""
+    from metainfer_core.normalize.inputs import fit_to_shape, sample_feeds
 
     for arrays in (groups or {}).values():
         if all(list(arrays[name].shape[1:]) == shape for name, shape in point.shapes.items() if name in arrays):
             return sample_feeds(model, arrays, s.data.inputs, s.data.labels_key, shapes=point.shapes)
+    if real:
+        return [{name: fit_to_shape(v, point.shapes[name]) if name in point.shapes else v for name, v in f.items()}
+                for f in real[:POINT_SAMPLES]], None
     return [random_feeds(model, seed=s.seed + POINT_SEED + POINT_SAMPLES * k + j, shapes=point.shapes)
             for j in range(POINT_SAMPLES)], None
 
@@ -200,9 +207,11 @@ POINT_SEED = 2000           # their seeds: apart from the calibration and held-o
 
 
 def _point_sets(s: Settings, model: onnx.ModelProto, served: ServedShapes, progress: Progress,
-                groups: dict[str, dict[str, np.ndarray]] | None = None) -> list[tuple[Point, SampleSet]]:
+                groups: dict[str, dict[str, np.ndarray]] | None = None,
+                real: list[dict[str, np.ndarray]] | None = None) -> list[tuple[Point, SampleSet]]:
     """The inputs and the reference outputs at each point of the range but the tuned one: the
-    samples of data.inputs' group of that shape, else random ones. A declared range the model
+    samples of data.inputs' group of that shape, else its judging samples cropped or tiled to
+    it, else random ones. A declared range the model
     itself cannot run at is refused; a derived point (half or double the tuned size) the model
     cannot run at is dropped, and a run warning says so."""
     sets, kept = [], []
@@ -211,7 +220,7 @@ def _point_sets(s: Settings, model: onnx.ModelProto, served: ServedShapes, progr
             kept.append(point)
             continue
         try:
-            feeds, labels = _point_feeds(s, model, point, k, groups)
+            feeds, labels = _point_feeds(s, model, point, k, groups, real)
             sets.append((point, SampleSet(feeds, run_cpu(model, feeds), make_loss(s.accuracy.metric, labels))))
             kept.append(point)
         except Exception as exc:  # noqa: BLE001 - the model's own limit (a position table, a stride), said below

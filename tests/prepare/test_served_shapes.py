@@ -122,3 +122,20 @@ def test_malformed_groups_are_refused(settings_for, tmp_path):
     s = settings_for("model=file", f"model.path={path}", f"data.inputs={npz}")
     with pytest.raises(MetaInferError, match=r"groups do not hold the same arrays"):
         prepare_stage(s, False, progress=lambda m: None)
+
+
+def test_without_samples_of_a_points_shape_the_real_ones_are_cropped_or_tiled_to_it(settings_for, tmp_path):
+    from metainfer_core.normalize.inputs import fit_to_shape
+
+    a = np.arange(6).reshape(1, 6)
+    np.testing.assert_array_equal(fit_to_shape(a, [1, 4]), [[0, 1, 2, 3]])
+    np.testing.assert_array_equal(fit_to_shape(a, [2, 8]), [[0, 1, 2, 3, 4, 5, 0, 1]] * 2)
+    path = tagger(tmp_path / "tagger.onnx")
+    npz = _grouped(tmp_path / "in.npz", {"mid": (6, 16)})
+    s = settings_for("model=file", f"model.path={path}", f"data.inputs={npz}",
+                     "model.shape_range={ids:[1,[8,32]],mask:[1,[8,32]]}")
+    p = prepare_stage(s, False, progress=lambda m: None)
+    sets = {pt.name: ss for pt, ss in p.point_sets}
+    judged = p.held_out.feeds[0]["ids"]
+    np.testing.assert_array_equal(sets["min"].feeds[0]["ids"], judged[:, :8])          # real ids, cropped
+    np.testing.assert_array_equal(sets["max"].feeds[0]["ids"][:, 16:], judged)          # and tiled
