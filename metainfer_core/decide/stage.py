@@ -233,7 +233,7 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
                               f"{c.words()}")
         d = again(excluded)
         if len(tried) >= MAX_CONFIRMATIONS and d.chosen is not None:
-            d = Decision("rolled_back", f"{MAX_CONFIRMATIONS} plans paid in verify's rounds and none when timed alone "
+            d = Decision("rolled_back", f"{MAX_CONFIRMATIONS} plans paid in verify's rounds and none held when timed alone "
                                         "with the default: " + "; ".join(f"{k} {v}" for k, v in d.verdicts.items()
                                                                           if k in {t.label for t in tried}),
                          None, {**d.verdicts, verified.candidates[d.chosen].label:

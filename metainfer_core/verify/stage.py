@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
+
 from metainfer_core.accuracy.guard import repair
 from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
@@ -98,6 +100,12 @@ def _judge_points(prepared: Prepared, models: list[tuple[str, object]], measured
     progress(f"verify: every plan also ran at {', '.join(shown)} (accuracy there against the original)")
 
 
+def _runs_worth(point_feeds: list[dict], tuned: dict) -> float:
+    """The runs at the tuned shape that the runs at other points cost, by their inputs' sizes."""
+    size = sum(np.size(v) for v in tuned.values()) or 1
+    return sum(sum(np.size(v) for v in f.values()) for f in point_feeds) / size
+
+
 def _where(point) -> str:
     return ", ".join(f"{name} {shape}" for name, shape in point.shapes.items())
 
@@ -149,14 +157,14 @@ def verify_stage(s: Settings, prepared: Prepared, backend: Backend, outcome: Sea
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
     held = prepared.held_out
     feeds = prepared.feeds + (held.feeds if held is not None else [])
-    runs, expected_s = verify_runs(s, plans, outcome.default, len(feeds), left)
+    point_feeds = [f for _, ss in prepared.point_sets for f in ss.feeds]   # the range's other points, run last
+    runs, expected_s = verify_runs(s, plans, outcome.default, len(feeds) + _runs_worth(point_feeds, feeds[0]), left)
     progress(f"verify: {len(models)} plans on {backend.info.name} ({backend.info.measurement}), "
              f"{runs} interleaved runs each, ~{eta(expected_s)} plus compiles"
              + (f" (fewer than verify.runs={s.verify.runs}: the verify share of budget.total_s)" if runs < s.verify.runs
                 else f" (more than verify.runs={s.verify.runs}: the verify share has room)" if runs > s.verify.runs
                 else ""))
     left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else None
-    point_feeds = [f for _, ss in prepared.point_sets for f in ss.feeds]   # the range's other points, run last
     measured = measure(backend, models, feeds + point_feeds, runs, s.verify.warmup, time_left_s=left)
     if measured.worker.get("why"):
         progress(f"WARNING: verify: measured in this process ({measured.worker['why']})")
