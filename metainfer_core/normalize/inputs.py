@@ -152,6 +152,25 @@ def fit_to_shape(arr: np.ndarray, shape: list[int]) -> np.ndarray:
     return out
 
 
+def fit_samples(model: onnx.ModelProto, samples: dict[str, np.ndarray], shapes: dict[str, list[int]]
+                ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """`samples` (first axis the sample) brought to `shapes` along the axes the model leaves
+    symbolic (fit_to_shape: cropped or tiled), as a static-shape target's bucket needs them; a
+    mismatch on a static axis is left for sample_feeds to refuse. Returns (the samples, the
+    inputs fitted, in words)."""
+    declared = {vi.name: [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                          for d in vi.type.tensor_type.shape.dim] for vi in real_inputs(model)}
+    out, said = dict(samples), []
+    for name, shape in shapes.items():
+        arr, dims = samples.get(name), declared.get(name)
+        if arr is None or dims is None or arr.ndim != len(shape) + 1 or list(arr.shape[1:]) == list(shape) \
+                or any(d is not None and d != n for d, n in zip(dims, arr.shape[1:])):
+            continue
+        out[name] = np.stack([fit_to_shape(a, shape) for a in arr])
+        said.append(f"{name} {list(arr.shape[1:])} -> {list(shape)}")
+    return out, said
+
+
 def sample_shapes(model: onnx.ModelProto, samples: dict[str, np.ndarray],
                   input_shapes: dict[str, list[int]] | None) -> tuple[dict[str, list[int]] | None, dict[str, list[int]]]:
     """`input_shapes` plus, for every fed input with a symbolic or unknown dim that it does not

@@ -116,7 +116,7 @@ def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndar
 def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
     from metainfer_core.normalize.equivalence import MAX_SAMPLES
     from metainfer_core.normalize.input_memory import check_input_memory
-    from metainfer_core.normalize.inputs import load_samples, sample_groups
+    from metainfer_core.normalize.inputs import fit_samples, load_samples, sample_groups
     from metainfer_core.normalize.shape_range import describe
     from metainfer_core.normalize.shapes import bind_input_shapes, unknown_negative_dims
 
@@ -127,6 +127,10 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
     groups = sample_groups(load_samples(s.data.inputs), s.data.inputs) if s.data.inputs is not None else None
     served = served_shapes(original, s.model.shape_range, s.model.input_shapes or None, groups, target_static_shapes)
     samples = groups[served.sample_group] if groups is not None else None
+    if samples is not None and target_static_shapes and served.binding:     # a bucket of another shape
+        samples, fitted = fit_samples(original, samples, {k: v for k, v in served.binding.items() if None not in v})
+        if fitted:
+            progress(f"normalize: data.inputs' samples cropped or tiled to the bound shape: {', '.join(fitted)}")
     if served.taken_from_samples:   # dims model.input_shapes leaves symbolic take the samples' sizes
         progress(f"normalize: {'binding' if target_static_shapes else 'tuning'} "
                  + ", ".join(f"{k} to {v}" for k, v in served.taken_from_samples.items())

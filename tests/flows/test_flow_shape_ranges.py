@@ -49,12 +49,15 @@ def test_a_dynamic_target_delivers_one_model_for_the_whole_range(run_flow, migra
 
 @pytest.mark.slow
 def test_a_static_target_adapts_buckets_and_pads_to_them(run_flow, migrated, tmp_path):
-    res = run_flow("adapt", "target=npu", *QUICK, f"paths.artifacts={migrated(tmp_path)}")
+    npz = tmp_path / "inputs.npz"        # real samples at batch 1: each bucket's run fits them to its batch
+    np.savez(npz, input=np.random.default_rng(0).standard_normal((6, 1, 256)).astype(np.float32))
+    res = run_flow("adapt", "target=npu", *QUICK, f"data.inputs={npz}", f"paths.artifacts={migrated(tmp_path)}")
     assert res.returncode == 0, res.stderr
     index = Path(next(x for x in res.stdout.splitlines() if x.startswith("buckets: ")).removeprefix("buckets: "))
     record = json.loads(index.read_text())
     assert [b["shapes"]["input"][0] for b in record["buckets"]] == [1, 8]
     assert record["paddable_axes"] == {"input": [0]}       # rows of a batch are independent: measured
+    assert "samples cropped or tiled to the bound shape: input [1, 256] -> [8, 256]" in res.stdout + res.stderr
     for b in record["buckets"]:
         bucket_plan = json.loads((index.parent / b["run"] / "plan.json").read_text())
         assert bucket_plan["model"]["symbolic_dims"]["input"] == b["shapes"]["input"]     # static, as the target needs
