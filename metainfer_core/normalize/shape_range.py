@@ -91,6 +91,10 @@ def _parse_dim(where: str, dim) -> DimRange:  # type: ignore[no-untyped-def]
     return DimRange(low, high, step if low < high else 1)   # a fixed dim has no step: equal ranges compare equal
 
 
+# dim_params that name no symbol: exporters write "?" for "unknown" on every such dim (Paddle2ONNX)
+UNNAMED = frozenset({"", "?"})
+
+
 def check_against_model(model: onnx.ModelProto, ranges: Ranges,
                         input_shapes: dict[str, list[int]] | None) -> Ranges:
     """The ranges against the model's declared inputs and model.input_shapes; MetaInferError
@@ -115,7 +119,7 @@ def check_against_model(model: onnx.ModelProto, ranges: Ranges,
                     f"model.shape_range gives input '{name}' {r} on axis {axis}, but the model fixes that axis to "
                     f"{dim.dim_value} ({show_dims(declared)}); write {dim.dim_value} there: only dims the model "
                     "leaves dynamic can vary.")
-            if dim.HasField("dim_param") and dim.dim_param:
+            if dim.HasField("dim_param") and dim.dim_param not in UNNAMED:
                 first = symbols.setdefault(dim.dim_param, (name, axis, r))
                 if first[2] != r:
                     raise MetaInferError(

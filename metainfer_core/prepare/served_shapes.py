@@ -11,6 +11,7 @@ import onnx
 
 from metainfer_core.normalize.inputs import sample_shapes
 from metainfer_core.normalize.shape_range import (
+    UNNAMED,
     DimRange,
     Point,
     Ranges,
@@ -92,7 +93,7 @@ def _share_symbols(dims: dict[str, list], ranges: Ranges, tuned: dict[str, list[
     owner: dict[str, tuple[DimRange, int]] = {}
     for name in first + [n for n in ranges if n not in first]:
         for axis, symbol in enumerate(dims.get(name, [])):
-            if not isinstance(symbol, str) or symbol == "?" or name not in ranges:
+            if not isinstance(symbol, str) or symbol in UNNAMED or name not in ranges:
                 continue
             if symbol in owner:
                 ranges[name][axis], tuned[name][axis] = owner[symbol]

@@ -94,10 +94,29 @@ def _judge_points(prepared: Prepared, models: list[tuple[str, object]], measured
         outputs = measured.outputs[label]
         measured.outputs[label], at = outputs[:n_feeds], n_feeds
         for point, ss in prepared.point_sets:
-            r.point_losses[point.name] = float(ss.loss_fn(ss.reference, outputs[at:at + len(ss.feeds)]))
+            got = outputs[at:at + len(ss.feeds)]
             at += len(ss.feeds)
+            wrong = _shape_mismatch(ss.reference, got)
+            try:
+                if wrong:
+                    raise ValueError(wrong)
+                r.point_losses[point.name] = float(ss.loss_fn(ss.reference, got))
+            except Exception as exc:  # noqa: BLE001 - as in verify(): the plan is rejected, not the run
+                r.error = f"wrong outputs at {point.name} ({_where(point)}): {str(exc).splitlines()[0][:200]}"
+                r.samples_ms, r.latency_ms, r.p90_ms = [], float("nan"), float("nan")
+                break
     shown = [f"{p.name} {_where(p)}" for p, _ in prepared.point_sets]
     progress(f"verify: every plan also ran at {', '.join(shown)} (accuracy there against the original)")
+
+
+def _shape_mismatch(reference: list[list[np.ndarray]], outputs: list[list[np.ndarray]]) -> str | None:
+    """Where a plan's outputs differ in shape from the original's (a rewrite that fixed a size
+    the range varies can run and still compute the tuned shape's rows only)."""
+    for rs, os_ in zip(reference, outputs):
+        for k, (r, o) in enumerate(zip(rs, os_)):
+            if np.shape(r) != np.shape(o):
+                return f"output {k} has shape {list(np.shape(o))}, the original's {list(np.shape(r))}"
+    return None
 
 
 def _runs_worth(point_feeds: list[dict], tuned: dict) -> float:
