@@ -191,6 +191,17 @@ def _runs(session, feeds) -> str | None:
         return short(exc, 120)
 
 
+SPAN = 4       # the smallest span max / min of a declared dim (issue: "at least a 4x span")
+
+
+def _widened_low(ends: dict[str, int], step: int) -> int:
+    """The low end that gives the high one a SPAN x span, on the step grid through the low end."""
+    if ends["high"] >= SPAN * ends["low"]:
+        return ends["low"]
+    want = max(1, -(-ends["high"] // SPAN))
+    return max(1, ends["low"] - (ends["low"] - want + step - 1) // step * step)
+
+
 def narrow(original: onnx.ModelProto, ranges: Ranges, groups: list[list[Dim]], opt: dict[str, list[int]],
            fixed: dict[str, np.ndarray] | None = None, seed: int = 0) -> tuple[Ranges, list[str]]:
     """`ranges` narrowed to where the original model runs on ONNX Runtime, one group of dims at a
@@ -225,6 +236,10 @@ def narrow(original: onnx.ModelProto, ranges: Ranges, groups: list[list[Dim]], o
                     bad = mid
             ends[side] = good
             notes.append(f"{where}: the original model fails at {end} ({why}); {side} end narrowed to {good}")
+        low = _widened_low(ends, r.step)     # a narrowed high end: the low end moves down to keep a 4x span
+        if low < ends["low"] and fails(g, low) is None:
+            notes.append(f"{where}: low end moved from {ends['low']} to {low} to keep a {SPAN}x span")
+            ends["low"] = low
         r2 = DimRange(ends["low"], ends["high"], r.step if ends["low"] < ends["high"] else 1)
         draws = _grid(r2, np.random.default_rng([seed, k]), RANDOM_POINTS) if not r2.fixed else []
         broken = next(((v, why) for v in draws if (why := fails(g, v)) is not None), None)
