@@ -348,7 +348,7 @@ def _refusal(plan, original, ranges: Ranges, groups: list[list[Dim]], seed: int,
 def peers_at(folder: Path, original: onnx.ModelProto, shapes: dict[str, list[int]], seed: int, rounds: int,
              bound: float, fixed: dict[str, np.ndarray] | None = None) -> dict:
     """The peers of the run's default.onnx and its plan timed side by side at `shapes`
-    (ort_baselines.compare on SAMPLES random inputs there): {shapes, compare, fastest (label),
+    (ort_baselines.compare on SAMPLES real inputs fitted to that point): {shapes, compare, fastest (label),
     fastest_ms, meta_ms, vs_fastest (fastest peer's latency / meta-infer's, > 1 = meta-infer
     faster)}, or {shapes, error}."""
     feeds = [feeds_at(original, shapes, seed + i, fixed) for i in range(SAMPLES)]
@@ -557,7 +557,7 @@ def main(argv: list[str]) -> int:
     print("\n".join(table(rows, args.peers)))
     if args.peers:
         print("\nAt each point, the peers of bench/peers.py and meta-infer's plan timed side by side on "
-              f"{SAMPLES} random inputs there ({args.rounds} interleaved rounds at least); speed-up: the fastest peer "
+              f"{SAMPLES} real inputs fitted to that point ({args.rounds} interleaved rounds at least); speed-up: the fastest peer "
               "within plan.json's accuracy_bound over meta-infer (> 1: meta-infer faster; * where meta-infer's own "
               "loss there is above that bound):\n")
         print("\n".join(peers_detail(rows)))

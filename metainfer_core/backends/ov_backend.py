@@ -3,13 +3,14 @@
 Threads are pinned like the ONNX Runtime backend's (`intra_op_threads`), with the latency hint
 and one stream, so both paths are compared on equal resources. `inference_precision` sets
 OpenVINO's INFERENCE_PRECISION_HINT (f32 | bf16 | f16; always explicit: the plugin's default
-on a CPU with AVX512_BF16 is bf16, which changes the numerics). A graph that serves a declared
-shape range is compiled once for its bounds, as deployed (OvCompiled); other inputs with dynamic
-dims are reshaped to the feeds' shapes before compiling (the plugin is faster on static shapes)."""
+on a CPU with AVX512_BF16 is bf16, which changes the numerics). Inputs with dynamic dims are
+reshaped to the feeds' shapes before compiling, one compile per shape, the last few kept
+(OvCompiled): the plugin is faster on static shapes, in verify as in deployment."""
 from __future__ import annotations
 
 import functools
 import time
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from metainfer_core.backends import cpu_features
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo, Timing
 from metainfer_core.backends.peak_probe import probe
 from metainfer_core.backends.timing import scaled_reps
-from metainfer_core.ir.tensors import declared_range, random_feeds
+from metainfer_core.ir.tensors import random_feeds
 
 _PRECISION = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
 
@@ -54,38 +55,35 @@ def _static(model: onnx.ModelProto) -> bool:
                for d in i.type.tensor_type.shape.dim)
 
 
-def _partial_shape(dims: list):
-    """OpenVINO's bounded shape of one input of a declared range (ints, [min, max] or [min, max, step])."""
-    import openvino as ov
+MAX_SHAPES = 8      # compiles of one graph kept, one per input shape (least recently run dropped)
 
-    return ov.PartialShape([ov.Dimension(d) if isinstance(d, int) else ov.Dimension(d[0], d[1]) for d in dims])
+
+def _shape_key(feeds: dict[str, np.ndarray]) -> tuple:
+    return tuple((k, tuple(np.shape(v))) for k, v in sorted(feeds.items()))
 
 
 class OvCompiled(Compiled):
-    """One OpenVINO compiled model and its infer request; outputs in the graph's output order."""
+    """OpenVINO compiled model(s) and infer request(s); outputs in the graph's output order."""
 
     def __init__(self, backend: "OpenVinoBackend", model: onnx.ModelProto, profile: bool = False):
-        """A graph that serves a declared shape range is compiled once for the range's bounds, as
-        a deployment runs it; any other graph with dynamic dims once per input shape it meets
-        (a static compile: the faster one where the shape does not change)."""
+        """A graph with dynamic dims is compiled for each input shape it meets, and the last
+        MAX_SHAPES compiles are kept (a shape met again runs at once): a static compile ran
+        faster than one for a range's bounds, and an int8 or CTC graph compiled for bounds gave
+        wrong outputs (docs/decisions/2026-12-06-shape-ranges.md)."""
         self._backend, self._profile = backend, profile
         self._bytes = model.SerializeToString()
         self._outputs = [o.name for o in model.graph.output]
         self._shapes: tuple | None = None
-        self._bounds = declared_range(model)
+        self._kept: OrderedDict[tuple | None, tuple] = OrderedDict()
         self.compile_s = 0.0
         self.request = None
-        if _static(model) or self._bounds:
+        if _static(model):
             self._compile(None)
 
     def _read(self, feeds: dict[str, np.ndarray] | None):
-        if feeds is None and self._bounds:
-            return read_onnx(self._bytes, {k: _partial_shape(dims) for k, dims in self._bounds.items()})
         if feeds is None:
             return read_onnx(self._bytes)
-        ov_model = read_onnx(self._bytes, {k: list(v.shape) for k, v in feeds.items()})
-        self._shapes = tuple((k, v.shape) for k, v in sorted(feeds.items()))
-        return ov_model
+        return read_onnx(self._bytes, {k: list(v.shape) for k, v in feeds.items()})
 
     def _compile(self, feeds: dict[str, np.ndarray] | None) -> None:
         t0 = time.perf_counter()
@@ -94,6 +92,10 @@ class OvCompiled(Compiled):
         self.request = self.compiled.create_infer_request()
         self._ports = {self._port_name(p): i for i, p in enumerate(self.compiled.outputs)}
         self.compile_s += time.perf_counter() - t0
+        self._shapes = None if feeds is None else _shape_key(feeds)
+        self._kept[self._shapes] = (self.compiled, self.request, self._ports)
+        while len(self._kept) > MAX_SHAPES:
+            self._kept.popitem(last=False)
 
     @staticmethod
     def _port_name(port) -> str:
@@ -101,9 +103,15 @@ class OvCompiled(Compiled):
         return next(iter(sorted(names)), "") if names else ""
 
     def _ready(self, feeds) -> None:
-        if self.request is None or (self._shapes is not None
-                                    and self._shapes != tuple((k, v.shape) for k, v in sorted(feeds.items()))):
+        if self.request is not None and (self._shapes is None or self._shapes == _shape_key(feeds)):
+            return
+        hit = self._kept.get(_shape_key(feeds))
+        if hit is None:
             self._compile(feeds)
+            return
+        self._kept.move_to_end(_shape_key(feeds))
+        self.compiled, self.request, self._ports = hit
+        self._shapes = _shape_key(feeds)
 
     def run(self, feeds):
         self._ready(feeds)

@@ -35,34 +35,10 @@ def set_tuned_shapes(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> on
     return model
 
 
-SHAPE_RANGE = "metainfer.shape_range"      # metadata key: the declared range, {input: [int | [min, max(, step)]]}
-
-
-def declared_range(model: onnx.ModelProto) -> dict[str, list] | None:
-    """The shape range declared for `model` (model.shape_range, as plan.json writes it), if any."""
-    raw = next((p.value for p in model.metadata_props if p.key == SHAPE_RANGE), None)
-    return json.loads(raw) if raw else None
-
-
-def set_declared_range(model: onnx.ModelProto, ranges: dict[str, list] | None) -> onnx.ModelProto:
-    """Record in place the declared shape range (a runtime that compiles for bounds reads it)."""
-    keep = [p for p in model.metadata_props if p.key != SHAPE_RANGE]
-    del model.metadata_props[:]
-    model.metadata_props.extend(keep)
-    if ranges:
-        model.metadata_props.add(key=SHAPE_RANGE, value=json.dumps(ranges))
-    return model
-
-
 def carry_tuned_shapes(source: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
-    """`model` (a rewrite of `source` that may have dropped its metadata) with source's tuned
-    sizes and declared range."""
-    shapes, ranges = tuned_shapes(source), declared_range(source)
-    if shapes and tuned_shapes(model) != shapes:
-        set_tuned_shapes(model, shapes)
-    if ranges and declared_range(model) != ranges:
-        set_declared_range(model, ranges)
-    return model
+    """`model` (a rewrite of `source` that may have dropped its metadata) with source's tuned sizes."""
+    shapes = tuned_shapes(source)
+    return set_tuned_shapes(model, shapes) if shapes and tuned_shapes(model) != shapes else model
 
 
 def tuned_view(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None) -> onnx.ModelProto:

@@ -17,9 +17,9 @@ from metainfer_core.accuracy.holdout import HOLD_OUT_EVERY, SampleSet, split, to
 from metainfer_core.accuracy.metric import LossFn, degenerate_outputs, make_loss, plan_loss, run_cpu
 from metainfer_core.errors import MetaInferError
 from metainfer_core.ir.features import model_feature_map
-from metainfer_core.ir.tensors import random_feeds, set_declared_range
+from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
-from metainfer_core.normalize.shape_range import Point, to_json
+from metainfer_core.normalize.shape_range import Point
 from metainfer_core.prepare.range_points import point_sets_of
 from metainfer_core.prepare.served_shapes import ServedShapes, served_shapes
 from metainfer_core.settings import Settings
@@ -155,8 +155,6 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
                  + ", ".join(f"{k} {v}" for k, v in served.tuned.items())
                  + ("" if served.declared else " (no model.shape_range: verified at half and double the tuned size)"))
     result = normalize(original, input_shapes=input_shapes, seed=s.seed, feeds=feeds, tuned=served.tuned)
-    if served.declared:      # what a runtime compiling for bounds reads (OpenVINO): verified and deployed alike
-        set_declared_range(result.model, to_json(served.ranges))
     for warning in result.warnings:
         progress(f"WARNING: normalize: {warning}")
     progress(f"normalize: {result.nodes_before} -> {result.nodes_after} nodes, max output error "
