@@ -155,6 +155,7 @@ class OvModelCompiled(OvCompiled):
         self._bytes = b""
         self._outputs = [self._port_name(p) for p in ov_model.outputs]
         self._shapes = None
+        self._kept = OrderedDict()
         self.compile_s = 0.0
         self._compile(None)
 
