@@ -50,7 +50,7 @@ class AcrossRange:
     def failure(self, verify_ms: float, default_ms: float) -> str:
         """Why the plan is set aside, for its verdict."""
         if self.slower_at:
-            lost = "; ".join(f"at {p.name} ({_where(p)}) {c.words()}" for p, c in self.slower_at)
+            lost = "; ".join(f"at {p.name} ({p.where()}) {c.words()}" for p, c in self.slower_at)
             return f"pays at the tuned shape but is slower than the default beyond noise elsewhere in the range: {lost}"
         return (f"pays at the tuned shape ({verify_ms:.4g} ms vs default {default_ms:.4g} ms in verify's rounds) but "
                 f"not on the range's weighted aggregate ({self.words()})")
@@ -63,10 +63,6 @@ class AcrossRange:
 def _figures(c: Confirmation) -> dict:
     return {"default_ms": c.default_ms, "plan_ms": c.plan_ms, "ratio": c.ratio, "ratio_low": c.ratio_low,
             "ratio_high": c.ratio_high, "rounds": c.rounds, "pays": c.pays, "error": c.error}
-
-
-def _where(point: Point) -> str:
-    return ", ".join(f"{name} {shape}" for name, shape in point.shapes.items())
 
 
 def across_range(timer: PairTimer, backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto,

@@ -41,11 +41,10 @@ def carry_tuned_shapes(source: onnx.ModelProto, model: onnx.ModelProto) -> onnx.
     return set_tuned_shapes(model, shapes) if shapes and tuned_shapes(model) != shapes else model
 
 
-def tuned_view(model: onnx.ModelProto, shapes: dict[str, list[int]] | None = None) -> onnx.ModelProto:
+def tuned_view(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` itself when it records no tuned sizes, else a copy whose symbolic input dims are
-    set to them (what shape inference reads to give every tensor concrete sizes); `shapes`:
-    other sizes for some inputs (a point of the shape range)."""
-    shapes = {**tuned_shapes(model), **(shapes or {})}
+    set to them (what shape inference reads to give every tensor concrete sizes)."""
+    shapes = tuned_shapes(model)
     if not shapes:
         return model
     view = onnx.ModelProto()

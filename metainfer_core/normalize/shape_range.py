@@ -180,6 +180,10 @@ class Point:
     shapes: dict[str, list[int]]       # every ranged input's shape at this point
     weight: float                      # share of the verdict, all points sum to 1
 
+    def where(self) -> str:
+        """"x [1, 8], mask [1, 8]": the point's shapes, for messages."""
+        return ", ".join(f"{name} {shape}" for name, shape in self.shapes.items())
+
 
 FLOOR = 0.25        # with samples: the share min, max (and opt) keep when no sample has their shape
 

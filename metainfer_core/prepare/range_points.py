@@ -59,7 +59,7 @@ def point_sets_of(s: Settings, model: onnx.ModelProto, served: ServedShapes, pro
             kept.append(point)
         except Exception as exc:  # noqa: BLE001 - the model's own limit (a position table, a stride), said below
             why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            where = ", ".join(f"{name} {shape}" for name, shape in point.shapes.items())
+            where = point.where()
             if served.declared:
                 raise MetaInferError(f"model.shape_range reaches shapes the model itself cannot run at: at {point.name} "
                                      f"({where}) ONNX Runtime fails on the original model ({why}). Narrow "

@@ -102,10 +102,10 @@ def _judge_points(prepared: Prepared, models: list[tuple[str, object]], measured
                     raise ValueError(wrong)
                 r.point_losses[point.name] = float(ss.loss_fn(ss.reference, got))
             except Exception as exc:  # noqa: BLE001 - as in verify(): the plan is rejected, not the run
-                r.error = f"wrong outputs at {point.name} ({_where(point)}): {str(exc).splitlines()[0][:200]}"
+                r.error = f"wrong outputs at {point.name} ({point.where()}): {str(exc).splitlines()[0][:200]}"
                 r.samples_ms, r.latency_ms, r.p90_ms = [], float("nan"), float("nan")
                 break
-    shown = [f"{p.name} {_where(p)}" for p, _ in prepared.point_sets]
+    shown = [f"{p.name} {p.where()}" for p, _ in prepared.point_sets]
     progress(f"verify: every plan also ran at {', '.join(shown)} (accuracy there against the original)")
 
 
@@ -125,10 +125,6 @@ def _runs_worth(point_feeds: list[dict], tuned: dict) -> float:
     return sum(sum(np.size(v) for v in f.values()) for f in point_feeds) / size
 
 
-def _where(point) -> str:
-    return ", ".join(f"{name} {shape}" for name, shape in point.shapes.items())
-
-
 def _failing_point(prepared: Prepared, model) -> str | None:
     """The first point of the range (tuned shape first) where ONNX Runtime cannot run `model`."""
     sets = [(None, prepared.feeds[:1])] + [(p, ss.feeds[:1]) for p, ss in prepared.point_sets]
@@ -136,7 +132,7 @@ def _failing_point(prepared: Prepared, model) -> str | None:
         try:
             run_cpu(model, feeds)
         except Exception:  # noqa: BLE001 - this is the point it fails at
-            return "the tuned shape" if point is None else f"{point.name} ({_where(point)})"
+            return "the tuned shape" if point is None else f"{point.name} ({point.where()})"
     return None
 
 
