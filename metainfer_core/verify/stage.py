@@ -97,12 +97,13 @@ def _judge_points(prepared: Prepared, models: list[tuple[str, object]], measured
             got = outputs[at:at + len(ss.feeds)]
             at += len(ss.feeds)
             wrong = _shape_mismatch(ss.reference, got)
-            try:
-                if wrong:
-                    raise ValueError(wrong)
-                r.point_losses[point.name] = float(ss.loss_fn(ss.reference, got))
-            except Exception as exc:  # noqa: BLE001 - as in verify(): the plan is rejected, not the run
-                r.error = f"wrong outputs at {point.name} ({point.where()}): {str(exc).splitlines()[0][:200]}"
+            if wrong is None:
+                try:
+                    r.point_losses[point.name] = float(ss.loss_fn(ss.reference, got))
+                except Exception as exc:  # noqa: BLE001 - as in verify(): the plan is rejected, not the run
+                    wrong = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            if wrong is not None:
+                r.error = f"wrong outputs at {point.name} ({point.where()}): {wrong}"
                 r.samples_ms, r.latency_ms, r.p90_ms = [], float("nan"), float("nan")
                 break
     shown = [f"{p.name} {p.where()}" for p, _ in prepared.point_sets]
