@@ -2,8 +2,9 @@
 
 Kernels are micro-benchmarked, and unbound plans run, on the default path (ONNX Runtime with
 the target's settings, as users run it today); a plan bound to another path (metadata written
-by the `binding` action) compiles on that path's backend. Each path describes itself with its
-own TargetInfo, so its records live under a fingerprint version of their own."""
+by the `binding` action) compiles on the backend its runtime builds (backends/runtimes/). Each
+path describes itself with its own TargetInfo, so its records live under a fingerprint version
+of their own."""
 from __future__ import annotations
 
 from functools import cached_property
@@ -12,20 +13,23 @@ import onnx
 
 from metainfer_core.backends.base import Backend, Compiled, TargetInfo
 from metainfer_core.backends.ort_backend import OrtBackend
-from metainfer_core.backends.paths import DEFAULT_PATH, ExecutionPath, offered_paths
+from metainfer_core.backends.paths import ExecutionPath, offered_paths
+from metainfer_core.backends.runtimes import runtime_of
 
 
 class HostBackend(OrtBackend):
     @cached_property
     def paths(self) -> list[ExecutionPath]:
-        """The spec's paths, less OpenVINO precisions this CPU has no datapath for."""
-        paths = offered_paths(self.spec)
-        if any(p.runtime == "openvino" for p in paths):
-            from metainfer_core.backends.ov_backend import device_precisions
+        """The spec's paths, less the precisions their runtime has no datapath for on this CPU
+        (asked once per runtime, and only of runtimes the spec lists)."""
+        have: dict[str, set[str]] = {}
 
-            have = device_precisions()
-            paths = [p for p in paths if p.runtime != "openvino" or p.precision in have]
-        return paths
+        def here(path: ExecutionPath) -> bool:
+            if path.runtime not in have:
+                have[path.runtime] = runtime_of(path.runtime).cpu_precisions()
+            return path.precision in have[path.runtime]
+
+        return [p for p in offered_paths(self.spec) if p.is_default or here(p)]
 
     @property
     def info(self) -> TargetInfo:
@@ -42,13 +46,10 @@ class HostBackend(OrtBackend):
                              f"(offered: {[p.label for p in self.paths]})")
         cache = self.__dict__.setdefault("_path_backends", {})
         if path not in cache:
-            from metainfer_core.backends.ov_backend import OpenVinoBackend
-
-            spec = {**self.spec, **(self.spec.get("execution_paths", {}).get(path.runtime) or {}),
-                    "inference_precision": path.precision}
-            cache[path] = OpenVinoBackend(name=self.name, measurement=self.measurement, spec=spec, seed=self.seed)
+            spec = {**self.spec, **(self.spec.get("execution_paths", {}).get(path.runtime) or {})}
+            cache[path] = runtime_of(path.runtime).backend(path, self.name, self.measurement, spec, self.seed)
         return cache[path]
 
     def compile(self, model: onnx.ModelProto) -> Compiled:
         path = ExecutionPath.of(model)
-        return super().compile(model) if path == DEFAULT_PATH else self.path_backend(path).compile(model)
+        return super().compile(model) if path.is_default else self.path_backend(path).compile(model)

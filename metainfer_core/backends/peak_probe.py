@@ -1,9 +1,10 @@
-"""Peak memory of one inference session (ONNX Runtime or OpenVINO), measured in a fresh process.
+"""Peak memory of one inference session on any runtime, measured in a fresh process.
 
 In a long-lived process freed memory is reused without growing the resident set, so the
 footprint of a new session hides in it; a fresh interpreter sees it whole. `probe()` runs
 python -m metainfer_core.backends.peak_probe <model.onnx> <feeds.npz> <options.json>,
-which prints the bytes the session's creation and one run added to the peak resident set."""
+which prints the bytes the session's creation and one run added to the peak resident set; the
+session is the one options["runtime"] opens (its `peak_session`, backends/runtimes/)."""
 from __future__ import annotations
 
 import json
@@ -15,13 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from metainfer_core.ir.tensors import ORT_LOG_SEVERITY
+from metainfer_core.backends.runtimes import default_runtime, runtime_of
 from metainfer_core.memory_probe import PeakMemory
 
 
 def probe(model_bytes: bytes, feeds: dict[str, np.ndarray], options: dict[str, Any]) -> int:
-    """options: {"runtime": "onnxruntime", providers, intra_op_threads, graph_optimization_level}
-    or {"runtime": "openvino", "config": compile_model's properties}."""
+    """options: {"runtime": <name>, ...the settings that runtime's session is opened with}."""
     with tempfile.TemporaryDirectory(prefix="metainfer-peak-") as tmp:
         paths = [os.path.join(tmp, n) for n in ("model.onnx", "feeds.npz", "options.json")]
         with open(paths[0], "wb") as f:
@@ -36,43 +36,15 @@ def probe(model_bytes: bytes, feeds: dict[str, np.ndarray], options: dict[str, A
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def _ort_session(model_path: str, opts: dict[str, Any]):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = opts["intra_op_threads"]
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, opts["graph_optimization_level"])
-    so.log_severity_level = ORT_LOG_SEVERITY
-    sess = ort.InferenceSession(model_path, so, providers=opts["providers"])
-    return lambda feeds: sess.run(None, feeds)
-
-
-def _ov_session(core, model_path: str, opts: dict[str, Any], feeds: dict[str, np.ndarray]):
-    model = core.read_model(model_path)
-    model.reshape({k: list(v.shape) for k, v in feeds.items()})
-    request = core.compile_model(model, "CPU", opts["config"]).create_infer_request()
-    return request.infer
-
-
 def main(model_path: str, feeds_path: str, options_path: str) -> None:
     opts = json.loads(open(options_path).read())
     data = np.load(feeds_path)
     feeds = {k: data[k] for k in data.files}
-    # the runtime's own code (its import, OpenVINO's CPU plugin library) is loaded before measuring:
-    # what counts is what the session for this model adds, on either path
-    if opts.get("runtime") == "openvino":
-        import openvino as ov
-
-        core = ov.Core()
-        core.get_property("CPU", "FULL_DEVICE_NAME")          # loads the plugin
-        with PeakMemory() as pm:
-            _ov_session(core, model_path, opts, feeds)(feeds)
-    else:
-        import onnxruntime  # noqa: F401
-
-        with PeakMemory() as pm:
-            _ort_session(model_path, opts)(feeds)
+    # the runtime's own code (its import, its plugin libraries) is loaded before measuring:
+    # what counts is what the session for this model adds, on every path
+    open_session = runtime_of(opts.get("runtime") or default_runtime().name).peak_session(opts)
+    with PeakMemory() as pm:
+        open_session(model_path, feeds)(feeds)
     print(pm.bytes)
 
 

@@ -28,7 +28,7 @@ import onnx
 
 from metainfer_core.backends import Backend
 from metainfer_core.backends.base import TargetInfo, Timing
-from metainfer_core.backends.paths import RUNTIMES, ExecutionPath
+from metainfer_core.backends.paths import RUNTIMES, ExecutionPath, default_path
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.kernel_store import load_kernels
 from metainfer_core.fingerprint.library import FingerprintLibrary, Measurement
@@ -102,8 +102,9 @@ def path_key(runtime: str, driver: str) -> str | None:
     descriptions: "<runtime>:<precision>" for a non-default runtime (its TargetInfo.runtime
     starts with "<runtime>-", its driver names "precision=<p>"), None for the target's default
     path. Versions of the same path differ in their runtime/plugin version, ISA, settings."""
+    default = default_path().runtime
     for rt in RUNTIMES:
-        if rt != "onnxruntime" and runtime.startswith(f"{rt}-"):
+        if rt != default and runtime.startswith(f"{rt}-"):
             fields = dict(f.split("=", 1) for f in driver.split(";") if "=" in f)
             return ExecutionPath(rt, fields.get("precision", "f32")).label
     return None

@@ -4,9 +4,10 @@
     plan = load_plan("artifacts/runs/<run>")
     outputs = plan({"images": x})          # list of arrays, in the graph's output order
 
-The run folder holds model.onnx (the chosen graph; both ONNX Runtime and OpenVINO load it) and
-plan.json's `execution_path`: the runtime, its precision and the settings it was verified with
-(threads, graph optimisation level, performance hint). A plan adapted over a declared shape range
+The run folder holds model.onnx (the chosen graph; every runtime reads it) and plan.json's
+`execution_path`: the runtime, its precision and the settings it was verified with (threads,
+graph optimisation level, performance hint); the runtime's own module loads it (its `load`,
+metainfer_core/backends/runtimes/). A plan adapted over a declared shape range
 (model.shape_range) runs any shape inside it, and refuses one outside it naming the input, the
 axis and the range."""
 from __future__ import annotations
@@ -18,7 +19,8 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.base import Backend, Compiled
-from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.backends.paths import ExecutionPath, default_path
+from metainfer_core.backends.runtimes import find
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.shape_range import Ranges, from_json, outside
 from metainfer_core.plan.bucketed import BUCKETS_FILE, BucketedPlan, load_buckets
@@ -32,7 +34,8 @@ def path_record(backend: Backend, model: onnx.ModelProto) -> dict[str, Any]:
     path = ExecutionPath.of(model)
     runner = backend.path_backend(path) if hasattr(backend, "path_backend") else backend
     settings = {k: runner.spec[k] for k in _SETTINGS if k in runner.spec}
-    if path.runtime == "openvino":
+    runtime = find(path.runtime)
+    if runtime is not None and runtime.sets_precision:
         settings["inference_precision"] = path.precision
     return {**path.as_dict(), "label": path.label, "version": runner.info.runtime, "default": path.is_default,
             "settings": settings}
@@ -77,23 +80,17 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed | 
         raise MetaInferError(f"{folder} is not an adapt run folder: it needs plan.json and model.onnx (flows/adapt.py "
                              "writes both under paths.artifacts/runs/<run>).")
     plan = read_plan(plan_file)
-    record = plan.execution_path or {"runtime": "onnxruntime", "precision": "f32", "settings": {}}
+    record = plan.execution_path or {**default_path().as_dict(), "settings": {}}
     shapes = plan.shapes or {}
     ranges = from_json(shapes["range"]) if shapes.get("declared") and shapes.get("range") else None
     spec = {"memory_limit_bytes": 0, **record.get("settings", {})}
     if threads is not None:
         spec["intra_op_threads"] = threads
     model = onnx.load(str(model_file))
-    if record["runtime"] == "openvino":
-        from metainfer_core.backends.ov_backend import OpenVinoBackend
-
-        backend: Backend = OpenVinoBackend("deploy", "measured", {**spec, "inference_precision": record["precision"]})
-    elif record["runtime"] == "onnxruntime":
-        from metainfer_core.backends.ort_backend import OrtBackend
-
-        backend = OrtBackend("deploy", "measured", spec)
-    else:
+    runtime = find(record["runtime"])
+    if runtime is None:
         raise MetaInferError(f"{plan_file} names execution path {record['runtime']!r}, which this version cannot load.")
+    compiled = runtime.load(model, ExecutionPath(record["runtime"], record.get("precision", "f32")), spec)
     inits = {i.name for i in model.graph.initializer}
-    return Deployed(backend.compile(model), record, [i.name for i in model.graph.input if i.name not in inits],
+    return Deployed(compiled, record, [i.name for i in model.graph.input if i.name not in inits],
                     [o.name for o in model.graph.output], ranges)

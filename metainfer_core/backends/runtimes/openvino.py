@@ -1,0 +1,43 @@
+"""OpenVINO's CPU plugin, reading the ONNX graph directly. Its precision is a setting
+(INFERENCE_PRECISION_HINT), offered where the plugin reports the CPU's datapath for it; its own
+int8 form quantizes only what quantized ops read, which ONNX Runtime runs in float."""
+from __future__ import annotations
+
+from typing import Any
+
+from metainfer_core.backends.runtimes.base import Runtime
+from metainfer_core.backends.runtimes.registry import register
+
+
+@register
+class OpenVino(Runtime):
+    name = "openvino"
+    packages = ("openvino",)
+    precisions = ("f32", "bf16", "f16")
+    sets_precision = True
+    native_int8_forms = ("inputs",)
+
+    def cpu_precisions(self) -> set[str]:
+        from metainfer_core.backends.ov_backend import device_precisions
+
+        return device_precisions()
+
+    def backend(self, path, name, measurement, spec, seed=0):
+        from metainfer_core.backends.ov_backend import OpenVinoBackend
+
+        return OpenVinoBackend(name=name, measurement=measurement, spec={**spec, "inference_precision": path.precision},
+                               seed=seed)
+
+    def peak_session(self, options: dict[str, Any]):
+        import openvino as ov
+
+        core = ov.Core()
+        core.get_property("CPU", "FULL_DEVICE_NAME")          # loads the plugin
+        config = options["config"]
+
+        def open_session(model_path, feeds):
+            model = core.read_model(model_path)
+            model.reshape({k: list(v.shape) for k, v in feeds.items()})
+            return core.compile_model(model, "CPU", config).create_infer_request().infer
+
+        return open_session
