@@ -57,8 +57,6 @@ TRACE_BYTES = 128 << 20
 # what a layer whose low-precision values overflow (inf / NaN) counts as lowered alone: the loss
 # the default metric gives a non-finite output, so every plan lowering it breaks the bound
 OVERFLOW_LOSS = 1.0
-# parameters that pick nodes or the tool that writes them, not how a node's values are rounded
-_NOT_NUMERIC = ("scope", "float_layers", "engine")
 
 
 class Sensitivity:
@@ -84,10 +82,11 @@ class Sensitivity:
 
     @staticmethod
     def variant(kind: str, params: dict) -> tuple:
-        """What changes a node's numerics: the precision and its parameters, not which nodes
-        (the scope, int8's float_layers), nor int8's engine: NNCF's graph is ranked by meta-infer's
-        own form of the same placement (re-quantizing per layer with NNCF would cost seconds each)."""
-        return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k not in _NOT_NUMERIC))
+        """What changes a node's numerics: the precision and its numeric parameters (Param.numeric),
+        not which nodes nor who writes them: an outside quantizer's graph is ranked by meta-infer's
+        own form of the same placement (re-quantizing per layer with it would cost seconds each)."""
+        declared = ACTIONS[kind].params if kind in ACTIONS else {}
+        return (kind,) + tuple(sorted((k, v) for k, v in params.items() if k not in declared or declared[k].numeric))
 
     def knows(self, kind: str, params: dict) -> bool:
         """Whether this variant's sensitivities are measured already (re-used by every plan)."""
@@ -110,8 +109,10 @@ class Sensitivity:
 
     def _measure(self, kind: str, params: dict) -> "Parts":
         action = ACTIONS[kind]
-        probe_params = dict(params, scope="all") if "scope" in action.params else dict(params)
-        probe_params.pop("engine", None)        # meta-infer's own rewrite (variant)
+        # the variant's numbers on every node it can lower, written by meta-infer's own rewrite
+        probe_params = {k: v for k, v in params.items() if k not in action.params or action.params[k].numeric}
+        if "scope" in action.params:
+            probe_params["scope"] = "all"
         sites = action.sites(self.model, probe_params, self.ctx.target)
         nodes = list(sites[0].nodes) if sites else []
         if not nodes:

@@ -22,6 +22,9 @@ class Param:
     default: Any
     domain: tuple[Any, ...]
     description: str
+    # False for a parameter that picks nodes or the tool that writes them, not how a node's
+    # values are rounded: a precision's sensitivity table is shared across its values
+    numeric: bool = True
 
     def __post_init__(self):
         if self.default not in self.domain:
@@ -68,9 +71,17 @@ def _filling_defaults(method):
 
 
 class Action(ABC):
+    """An action declares what the search, the accuracy estimates and plan.md need to know of
+    it, so none of them names an action: its order among the expansions (`width`), whether it
+    chooses the execution path (`binds_path`), the kind a plan using it is (`kind_label`,
+    `native_runtime`, `outside`), its words for people (`words`), and, for a choice that lowers
+    part of what it could, its pruning and measuring hooks (`whole`, `pruned`, `fits_by_runs`,
+    `prepare_search`, `known_loss`). The defaults fit a plain lossless rewrite."""
     name: str
     lossy: bool = False
     params: dict[str, Param] = {}
+    width: int = 32             # bits of the numbers it computes in: the narrowest is tried first within a turn
+    binds_path: bool = False    # it chooses the runtime that runs the plan (a lossy graph is scored bound at once)
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -90,6 +101,49 @@ class Action(ABC):
         """Who runs the graph in apply (an outside quantizer calibrating on the inputs), None
         when nobody does: seconds on a large graph, so the search prices it apart from a
         rewrite, and each quantizer apart from the others."""
+        return None
+
+    def kind_label(self, params: dict[str, Any]) -> str:
+        """What kind of plan a step of this choice makes: plans of one kind are one measurement's
+        worth to verify (the predictor cannot tell them apart)."""
+        return self.name
+
+    def native_runtime(self, params: dict[str, Any]) -> str | None:
+        """The runtime whose own form this choice writes (a plan bound there is one choice, not two)."""
+        return None
+
+    def outside(self, params: dict[str, Any]) -> bool:
+        """Whether an outside tool writes the graph (the graphs users get from those tools, which
+        the predictor reads worst: verified first among the explored)."""
+        return bool(self.calibrates(params))
+
+    def words(self, params: dict[str, Any], scope: str = "") -> tuple[str, str]:
+        """(a short name, what it does in words), for plan.md and the terminal summary; `scope`:
+        the step's site label as plan.json records it."""
+        return self.name, self.name.replace("_", " ")
+
+    def whole(self, params: dict[str, Any]) -> dict[str, Any] | None:
+        """For a choice that leaves part of its site as it was: the same choice doing all of it
+        (its scored plan prices this one); None for every other choice."""
+        return None
+
+    def fits_by_runs(self, params: dict[str, Any]) -> bool:
+        """Whether narrowing this choice runs the graph (more than a rewrite and its scoring)."""
+        return False
+
+    def pruned(self, params: dict[str, Any], whole: Any, view: Any) -> str | None:
+        """Why this choice cannot pay, given `whole` (the scored plan of `whole(params)`, None
+        when there is none) and `view` (the search's figures: `base_score`, `max_loss`,
+        `weights`, `zero_loss_score(c)`, `fastest_bound(c)`, `resolution`); None to try it."""
+        return None
+
+    def prepare_search(self, cache: dict, estimates: Any) -> None:
+        """Before a search: leave in the actions' shared `cache` what narrowing needs from the
+        search's accuracy `estimates` (`table(kind, params)`, `estimate(steps)`, `loss_of(model)`,
+        `kernel_costs()`, `max_loss`, `model`, `ctx`)."""
+
+    def known_loss(self, step: "Step", estimates: Any) -> float | None:
+        """A loss measured for this lone step while narrowing (it replaces the estimate), if any."""
         return None
 
     def choices(self, domain_override: dict[str, list[Any]] | None = None) -> list[dict[str, Any]]:

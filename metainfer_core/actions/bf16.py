@@ -90,7 +90,13 @@ def _bf16_bits(w: np.ndarray) -> bytes:
 class Bf16(Action):
     name = "bf16"
     lossy = True
-    params = {"scope": Param("all", ("all", "compute"), "every float node, or only Conv/MatMul/Gemm")}
+    width = 16
+    params = {"scope": Param("all", ("all", "compute"), "every float node, or only Conv/MatMul/Gemm",
+                           numeric=False)}
+
+
+    def words(self, params, scope=""):
+        return "bf16", "compute in bfloat16 (fp32 accumulation)"
 
     def sites(self, model, params, target):
         return lossy_sites(model, params["scope"])

@@ -13,6 +13,10 @@ from metainfer_core.normalize.passes import fold_conv_bn
 class ConvBnFusion(Action):
     name = "conv_bn_fusion"
 
+
+    def words(self, params, scope=""):
+        return "BN folded", "fold BatchNormalization into the Conv before it"
+
     def sites(self, model, params, target):
         producer = {o: n for n in model.graph.node for o in n.output}
         return [Site((producer[n.input[0]].name, n.name), producer[n.input[0]].name) for n in model.graph.node

@@ -191,6 +191,12 @@ class ConvMerge(Action):
     params = {"pattern": Param("chain", ("chain", "siblings"),
                                "merge a 1x1 conv into the conv before it, or convs/MatMuls sharing one input")}
 
+
+    def words(self, params, scope=""):
+        return "convs merged", ("merge sibling convolutions that read the same input into one"
+                                if params.get("pattern") == "siblings" else
+                                "merge a convolution with the 1x1 convolution after it")
+
     def sites(self, model, params, target):
         if params["pattern"] == "chain":
             nodes = [n.name for pair in cached(model, "conv_merge.chain", chain_pairs) for n in pair]

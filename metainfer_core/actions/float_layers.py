@@ -41,6 +41,15 @@ def provide_ranking(cache: dict, ranking: Ranking, shares: Shares | None = None,
         cache[COSTS_KEY] = costs
 
 
+def kept_float(params: dict, scope: str) -> str:
+    """How many layers a step keeps float, in words ('' for none; `scope`: its site's label,
+    which says how many a fit chose)."""
+    k = params.get(FLOAT_LAYERS) or 0
+    if k == FIT:
+        k = next((w.split()[0] for w in str(scope).split(", ")[1:] if w.endswith("float")), "the")
+    return f"{k}" if k else ""
+
+
 def share_of(loss: float, bound: float) -> float:
     """A loss as a share of its bound (a zero bound admits only no loss)."""
     return loss / bound if bound > 0 else (0.0 if loss <= 0 else float("inf"))
@@ -49,12 +58,6 @@ def share_of(loss: float, bound: float) -> float:
 def numeric_params(params: dict) -> dict:
     """The parameters that change a quantized node's numerics (float_layers only picks nodes)."""
     return {k: v for k, v in params.items() if k != FLOAT_LAYERS}
-
-
-def numeric_steps(steps: tuple[Step, ...]) -> tuple[Step, ...]:
-    """The steps as a sensitivity table keys them: float_layers dropped (its choice is already in
-    the site), so every k shares the one table measured for its int8 variant."""
-    return tuple(Step(s.kind, s.site, tuple((k, v) for k, v in s.params if k != FLOAT_LAYERS)) for s in steps)
 
 
 def _score(n: str, sensitivity: dict[str, float]) -> float:
@@ -182,3 +185,61 @@ def narrowed(site: Site, params: dict, cache: dict | None) -> Site | None:
                     and shares(numeric_params(params), kept, False) > 1):
         return None
     return Site(kept, f"{site.label}, {k} float")
+
+
+# --- the search's hooks (Action.whole / pruned / prepare_search / known_loss of int8) ---------
+
+DOMINATED = "float layers (the whole-precision plan cannot beat the default)"
+NEEDLESS = "float layers (the whole-precision plan is well within the accuracy bound)"
+WELL_WITHIN = 0.5       # of accuracy.max_loss: an estimate this far inside the bound is trusted
+
+
+def whole_params(params: dict) -> dict | None:
+    """For a float-layers choice: the same step with every layer lowered."""
+    return {**params, FLOAT_LAYERS: 0} if params.get(FLOAT_LAYERS) else None
+
+
+def pruned(whole, view) -> str | None:
+    """Why keeping layers float cannot pay, given the scored plan lowering them all (`whole`):
+    it cannot beat the default even at zero loss on any path bound so far (float layers only add
+    float time, and choosing them measures the precision's sensitivity: seconds on a large
+    graph), or its estimated loss is well within the bound already (they could gain only its
+    accuracy term, within the predictor's resolution). Near the bound they are still tried."""
+    if whole is None or whole.violation or view.base_score is None:
+        return None
+    # its plans bound to another path count even over the accuracy bound: float layers bring
+    # the loss down, not the speed up
+    at_zero = view.zero_loss_score(whole)
+    if min(at_zero, view.fastest_bound(whole, at_zero)) >= view.base_score:
+        return DOMINATED
+    if (not whole.accuracy_deferred and whole.accuracy_loss <= WELL_WITHIN * view.max_loss
+            and view.weights.accuracy * whole.accuracy_loss < view.resolution * abs(view.base_score)):
+        return NEEDLESS
+    return None
+
+
+def _fit_key(kind: str, params: dict, nodes) -> tuple:
+    # per engine: the estimate is meta-infer's form's for all, a run is of the engine's graph
+    return (kind, tuple(sorted((k, v) for k, v in params.items() if k not in ("scope", FLOAT_LAYERS))),
+            frozenset(o for n in nodes for o in origins(n)))
+
+
+def prepare_search(action, cache: dict, estimates) -> None:
+    """The ranking, the shares and the costs `narrowed` reads, from the search's estimates: the
+    sensitivity table of the variant, a node set's loss share by the estimate or (exact) by a
+    run of the default graph so lowered on its execution path, remembered per node set."""
+    def shares(params: dict, nodes: tuple[str, ...], exact: bool) -> float:
+        if not exact:
+            step = Step(action.name, Site(nodes, "fit"), tuple(sorted(params.items())))
+            return share_of(estimates.estimate((step,)), estimates.max_loss)
+        key = _fit_key(action.name, params, nodes)
+        site = Site(tuple(sorted(key[2])), "fit")
+        loss = estimates.measured_loss(key, lambda: action.apply(estimates.model, site, params, estimates.ctx))
+        return share_of(loss, estimates.max_loss)
+
+    provide_ranking(cache, lambda params: estimates.table(action.name, params), shares, lambda: estimates.kernel_costs())
+
+
+def known_loss(step: Step, estimates) -> float | None:
+    """The loss a fit's run measured for this step's node set, if it did."""
+    return estimates.known_loss(_fit_key(step.kind, dict(step.params), step.site.nodes))

@@ -100,7 +100,13 @@ def to_fp16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
 class Fp16(Action):
     name = "fp16"
     lossy = True
-    params = {"scope": Param("all", ("all", "compute"), "every float node, or only Conv/MatMul/Gemm")}
+    width = 16
+    params = {"scope": Param("all", ("all", "compute"), "every float node, or only Conv/MatMul/Gemm",
+                           numeric=False)}
+
+
+    def words(self, params, scope=""):
+        return "fp16", "compute in float16 (inputs and outputs stay float32)"
 
     def sites(self, model, params, target):
         return lossy_sites(model, params["scope"])

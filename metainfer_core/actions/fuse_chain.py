@@ -68,6 +68,13 @@ class FuseChain(Action):
               "span": Param("epilogue", ("epilogue", "layers"),
                             "one anchor and its element-wise epilogue, or consecutive layers too")}
 
+
+    def words(self, params, scope=""):
+        if params.get("span") == "layers":
+            return "fused layers", f"fuse consecutive layers into streaming kernels of up to {params.get('max_depth')} ops"
+        return ("fused epilogues", "fuse each Conv/MatMul/Gemm with its element-wise epilogue into one kernel of up to "
+                f"{params.get('max_depth')} ops")
+
     def sites(self, model, params, target):
         depth = min(params["max_depth"], target.max_fusion_depth)
         supported = set(target.supported_ops) if target.supported_ops is not None else None

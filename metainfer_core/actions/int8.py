@@ -13,6 +13,7 @@ from metainfer_core.actions.qdq.rewrite import ALL_OPS, COMPUTE_OPS, INPUTS_COMP
 
 from metainfer_core.actions.base import Action, Param, Site, lowered, opset_of
 from metainfer_core.actions.binding import offered
+from metainfer_core.actions import float_layers
 from metainfer_core.actions.float_layers import FIT, FLOAT_LAYERS, FLOAT_LAYERS_DOMAIN, narrowed
 from metainfer_core.actions.fp16 import is_float32_model
 from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
@@ -23,11 +24,18 @@ from metainfer_core.backends.paths import ExecutionPath
 OPENVINO_INT8_PATH = ExecutionPath("openvino", "f32")
 
 
+_TYPES = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)
+# the outside quantizers: (short name, in words)
+_ENGINES = {ORT: ("ORT quantizer", "ONNX Runtime's quantize_static"), NNCF: ("NNCF", "NNCF")}
+
+
 class Int8(Action):
     name = "int8"
     lossy = True
+    width = 8
     params = {
-        "scope": Param("compute", ("all", "compute"), "quantize every supported op, or only Conv/MatMul/Gemm"),
+        "scope": Param("compute", ("all", "compute"), "quantize every supported op, or only Conv/MatMul/Gemm",
+                       numeric=False),
         "activation_type": Param("QUInt8", ("QUInt8", "QInt8"), "activation type (U8S8 vs S8S8 differ in speed on x86)"),
         "weight_type": Param("QInt8", ("QInt8", "QUInt8"), "weight type (int8 symmetric, or uint8 asymmetric)"),
         "per_channel": Param("auto", ("auto", True, False),
@@ -43,12 +51,13 @@ class Int8(Action):
                             "mixed precision: the k quantizable layers most sensitive to int8 (per-node "
                             "sensitivity on the run's inputs) stay in float, on whichever path runs the plan "
                             "(ONNX Runtime f32; OpenVINO f32 or bf16); fit: the fewest that bring the estimated "
-                            "loss within accuracy.max_loss; offered in a search only"),
+                            "loss within accuracy.max_loss; offered in a search only", numeric=False),
         "engine": Param("metainfer", ("metainfer", NNCF, ORT),
                         "who writes the Q/DQ: meta-infer's rewrite, NNCF's post-training quantizer (OpenVINO's "
                         "form only, scope compute) or ONNX Runtime's quantize_static (ONNX Runtime's QDQ form only); "
                         "an outside quantizer calibrates (seconds per graph), so it is offered with float_layers 0 or "
-                        "fit only, and the float layers read their original inputs and weights afterwards"),
+                        "fit only, and the float layers read their original inputs and weights afterwards",
+                        numeric=False),
     }
 
     def choices(self, domain_override=None):
@@ -71,6 +80,57 @@ class Int8(Action):
     def calibrates(self, params):
         engine = self.with_defaults(params)["engine"]
         return engine if engine in (NNCF, ORT) else None
+
+    def kind_label(self, params):
+        """OpenVINO's form is a kind apart, and so is an outside quantizer's writing of either
+        form: the predictor tells none of them from meta-infer's QDQ form. ONNX Runtime's
+        quantizer on its own op set (scope all) is the graph its users get: a kind apart from its
+        compute-only scope."""
+        if params.get("engine") == ORT and params.get("scope") == "compute":
+            return f"int8:{ORT}:compute"
+        if params.get("engine") in (NNCF, ORT):
+            return f"int8:{params['engine']}"
+        return "int8:openvino-form" if params.get("placement") == "inputs" else self.name
+
+    def native_runtime(self, params):
+        inputs_form = params.get("placement") == "inputs" or params.get("engine") == NNCF
+        return OPENVINO_INT8_PATH.runtime if inputs_form else None
+
+    def words(self, params, scope=""):
+        p = params
+        outside = [_ENGINES[p["engine"]][0]] if p.get("engine") in _ENGINES else []
+        outside += ["all ops"] if p.get("scope") == "all" else []
+        short = ("int8 OpenVINO form" if p.get("placement") == "inputs" else
+                 f"int8 {_TYPES.get(p.get('activation_type'), '?')}{_TYPES.get(p.get('weight_type'), '?')}") \
+            + (f" ({', '.join(outside)})" if outside else "")
+        long = (f"quantize to int8 in OpenVINO's form (only what quantized ops read; symmetric activations, "
+                f"{p.get('weight_type', '?')} weights, float outputs), calibrated with "
+                f"{p.get('calibrate_method', 'MinMax')}, run on OpenVINO" if p.get("placement") == "inputs" else
+                f"quantize to int8, static QDQ calibrated with {p.get('calibrate_method', 'MinMax')} "
+                f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
+                f"per-channel {p.get('per_channel', '?')})") \
+            + (f", {'every supported op' if p.get('scope') == 'all' else 'Conv/MatMul/Gemm'}" if p.get("scope") else "") \
+            + (f", written by {_ENGINES[p['engine']][1]}" if p.get("engine") in _ENGINES else "")
+        k = float_layers.kept_float(p, scope)
+        if k:
+            short += f", {k} layers float"
+            long += f"; its {k} layers most sensitive to int8 kept in float (mixed precision)"
+        return short, long
+
+    def whole(self, params):
+        return float_layers.whole_params(params)
+
+    def fits_by_runs(self, params):
+        return params.get(FLOAT_LAYERS) == FIT
+
+    def pruned(self, params, whole, view):
+        return float_layers.pruned(whole, view)
+
+    def prepare_search(self, cache, estimates):
+        float_layers.prepare_search(self, cache, estimates)
+
+    def known_loss(self, step, estimates):
+        return float_layers.known_loss(step, estimates)
 
     def narrow(self, site, params, cache):
         return narrowed(site, params, cache)

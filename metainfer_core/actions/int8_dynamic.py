@@ -27,8 +27,14 @@ def _weighted(model: onnx.ModelProto) -> list[str]:
 class Int8Dynamic(Action):
     name = "int8_dynamic"
     lossy = True
+    width = 8
     params = {"weight_type": Param("QInt8", ("QInt8", "QUInt8"), "weight type"),
               "per_channel": Param(False, (False, True), "weight scales per output channel, or one per tensor")}
+
+
+    def words(self, params, scope=""):
+        return ("int8 dynamic", f"quantize MatMul/Gemm weights to {params.get('weight_type', 'int8')} with activation "
+                "scales computed at run time")
 
     def sites(self, model, params, target):
         nodes = _weighted(model) if is_float32_model(model) else []

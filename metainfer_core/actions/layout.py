@@ -175,6 +175,10 @@ class Layout(Action):
     name = "layout"
     params = {"layout": Param("NHWC", ("NHWC",), "the channels-last layout the device's kernels read natively")}
 
+
+    def words(self, params, scope=""):
+        return "NHWC", f"run in the channels-last layout {params.get('layout', 'NHWC')}"
+
     def sites(self, model, params, target):
         nodes = [n.name for r in cached(model, "layout.regions", lambda m: regions(m, infos_of(m))) for n in r]
         return [Site(tuple(nodes), "all")] if nodes else []

@@ -22,6 +22,11 @@ class MemoryReuse(Action):
     name = "memory_reuse"
     params = {"strategy": Param("greedy", STRATEGIES, "how activations share the arena")}
 
+
+    def words(self, params, scope=""):
+        return (f"{params.get('strategy')} buffer reuse",
+                f"share activation buffers ({params.get('strategy')} arena offsets)")
+
     def sites(self, model, params, target):
         if current_strategy(model, target) == params["strategy"]:
             return []

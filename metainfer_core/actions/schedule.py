@@ -97,6 +97,14 @@ class Schedule(Action):
                                "overlap host<->device transfers and streamed weight loads with compute"),
     }
 
+
+    def words(self, params, scope=""):
+        on = (params.get("order") == "memory", bool(params.get("double_buffer")))
+        short = " + ".join(w for w, x in zip(("memory-aware order", "double buffering"), on) if x)
+        long = "; ".join(w for w, x in zip(("reorder kernels to lower the peak memory",
+                                             "overlap host-device transfers with compute"), on) if x)
+        return short or "schedule", long or "keep the schedule"
+
     def sites(self, model, params, target):
         if params["order"] == "keep" and not params["double_buffer"]:
             return []

@@ -268,6 +268,11 @@ class Tiling(Action):
                       "split the image rows (with halos), the batch, or a layer's output channels (its weights)"),
     }
 
+
+    def words(self, params, scope=""):
+        return (f"{params.get('tiles')} {params.get('axis')} tiles",
+                f"run the chain as {params.get('tiles')} executions on tiles split along the {params.get('axis')}")
+
     def sites(self, model, params, target):
         if params["axis"] == "channels":
             if not target.extra.get("weights_streamed"):

@@ -13,6 +13,10 @@ from metainfer_core.normalize.passes import cancel_transposes
 class TransposeCancel(Action):
     name = "transpose_cancel"
 
+
+    def words(self, params, scope=""):
+        return "transposes cancelled", "cancel back-to-back Transposes"
+
     def sites(self, model, params, target):
         producer = {o: n for n in model.graph.node for o in n.output}
         return [Site((producer[n.input[0]].name, n.name), n.name) for n in model.graph.node

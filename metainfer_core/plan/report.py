@@ -5,97 +5,31 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable
+from typing import Any
 
+from metainfer_core.actions import ACTIONS
 from metainfer_core.search.beam import depth_reasons
 from metainfer_core.plan.shapes_report import shapes_section
-
-
-def _schedule(p: dict, words: tuple[str, str], sep: str = " + ") -> str:
-    return sep.join(w for w, on in zip(words, (p.get("order") == "memory", bool(p.get("double_buffer")))) if on)
-
-
-_INT8 = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)
-
-
-# the outside quantizers (not meta-infer's own rewrite): (short name, in words)
-_ENGINES = {"onnxruntime": ("ORT quantizer", "ONNX Runtime's quantize_static"), "nncf": ("NNCF", "NNCF")}
-
-
-def _int8_variant(p: dict) -> str:
-    """What tells int8 plans apart beyond their types: who wrote the Q/DQ, every op quantized."""
-    parts = [_ENGINES[p["engine"]][0]] if p.get("engine") in _ENGINES else []
-    parts += ["all ops"] if p.get("scope") == "all" else []
-    return f" ({', '.join(parts)})" if parts else ""
-
-
-# kind -> (short name, from the step's params; what it does in words)
-_WORDS: dict[str, tuple[Callable[[dict], str], Callable[[dict], str]]] = {
-    "int8": (lambda p: ("int8 OpenVINO form" if p.get("placement") == "inputs" else
-                        f"int8 {_INT8.get(p.get('activation_type'), '?')}{_INT8.get(p.get('weight_type'), '?')}")
-             + _int8_variant(p),
-             lambda p: (f"quantize to int8 in OpenVINO's form (only what quantized ops read; symmetric activations, "
-                        f"{p.get('weight_type', '?')} weights, float outputs), calibrated with "
-                        f"{p.get('calibrate_method', 'MinMax')}, run on OpenVINO" if p.get("placement") == "inputs" else
-                        f"quantize to int8, static QDQ calibrated with {p.get('calibrate_method', 'MinMax')} "
-                        f"({p.get('activation_type', '?')} activations, {p.get('weight_type', '?')} weights, "
-                        f"per-channel {p.get('per_channel', '?')})")
-             + (f", {'every supported op' if p.get('scope') == 'all' else 'Conv/MatMul/Gemm'}" if p.get("scope") else "")
-             + (f", written by {_ENGINES[p['engine']][1]}" if p.get("engine") in _ENGINES else "")),
-    "int8_dynamic": (lambda p: "int8 dynamic",
-                     lambda p: f"quantize MatMul/Gemm weights to {p.get('weight_type', 'int8')} with activation "
-                               "scales computed at run time"),
-    "fp16": (lambda p: "fp16", lambda p: "compute in float16 (inputs and outputs stay float32)"),
-    "bf16": (lambda p: "bf16", lambda p: "compute in bfloat16 (fp32 accumulation)"),
-    "fuse_chain": (lambda p: "fused layers" if p.get("span") == "layers" else "fused epilogues",
-                   lambda p: (f"fuse consecutive layers into streaming kernels of up to {p.get('max_depth')} ops"
-                              if p.get("span") == "layers" else
-                              f"fuse each Conv/MatMul/Gemm with its element-wise epilogue into one kernel of up to "
-                              f"{p.get('max_depth')} ops")),
-    "conv_bn_fusion": (lambda p: "BN folded", lambda p: "fold BatchNormalization into the Conv before it"),
-    "conv_merge": (lambda p: "convs merged",
-                   lambda p: "merge sibling convolutions that read the same input into one" if p.get("pattern") ==
-                   "siblings" else "merge a convolution with the 1x1 convolution after it"),
-    "layout": (lambda p: "NHWC", lambda p: f"run in the channels-last layout {p.get('layout', 'NHWC')}"),
-    "transpose_cancel": (lambda p: "transposes cancelled", lambda p: "cancel back-to-back Transposes"),
-    "memory_reuse": (lambda p: f"{p.get('strategy')} buffer reuse",
-                     lambda p: f"share activation buffers ({p.get('strategy')} arena offsets)"),
-    "schedule": (lambda p: _schedule(p, ("memory-aware order", "double buffering")) or "schedule",
-                 lambda p: _schedule(p, ("reorder kernels to lower the peak memory",
-                                         "overlap host-device transfers with compute"), "; ") or "keep the schedule"),
-    "tiling": (lambda p: f"{p.get('tiles')} {p.get('axis')} tiles",
-               lambda p: f"run the chain as {p.get('tiles')} executions on tiles split along the {p.get('axis')}"),
-    "binding": (lambda p: f"{p.get('runtime')} {p.get('precision')}",
-                lambda p: f"run the whole graph on {p.get('runtime')}, computing in {p.get('precision')}"),
-}
 
 
 def _params_text(step: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in (step.get("params") or {}).items())
 
 
-def _float_layers(step: dict) -> str:
-    """How many layers an int8 step keeps float, in words ('' for none)."""
-    k = (step.get("params") or {}).get("float_layers") or 0
-    if k == "fit":       # as many as the estimate needed: the site's label says how many
-        k = next((w.split()[0] for w in str(step.get("scope", "")).split(", ")[1:] if w.endswith("float")), "the")
-    return f"{k}" if k else ""
+def _words(step: dict) -> tuple[str, str] | None:
+    action = ACTIONS.get(step.get("kind", ""))
+    return action.words(step.get("params") or {}, step.get("scope", "")) if action is not None else None
 
 
 def action_name(step: dict) -> str:
-    words = _WORDS.get(step.get("kind", ""))
-    name = words[0](step.get("params") or {}) if words else step.get("kind", "?")
-    return name + (f", {_float_layers(step)} layers float" if _float_layers(step) else "")
+    words = _words(step)
+    return words[0] if words else step.get("kind", "?")
 
 
 def action_words(step: dict) -> str:
-    """What one step does, in words (an action this module does not know: its kind and params)."""
-    words = _WORDS.get(step.get("kind", ""))
-    if words is None:
-        return f"{step.get('kind', '?')} ({_params_text(step)})"
-    k = _float_layers(step)
-    return words[1](step.get("params") or {}) + (
-        f"; its {k} layers most sensitive to int8 kept in float (mixed precision)" if k else "")
+    """What one step does, in words (an action not installed here: its kind and params)."""
+    words = _words(step)
+    return words[1] if words else f"{step.get('kind', '?')} ({_params_text(step)})"
 
 
 def action_where(step: dict, shown: int = 4) -> str:

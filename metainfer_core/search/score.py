@@ -51,3 +51,12 @@ def violation(peak_mem: int, memory_limit: int, accuracy_loss: float, max_loss: 
     if accuracy_loss > max_loss:
         return f"accuracy: loss {accuracy_loss:.4g} exceeds accuracy.max_loss {max_loss}"
     return None
+
+
+# a predicted score this much lower (share) is a gain; less is within the predictor's resolution
+MIN_GAIN = 0.01
+
+
+def gains(score: float, than: float) -> bool:
+    """Whether `score` is lower than `than` by more than the predictor's resolution."""
+    return score < than - MIN_GAIN * abs(than)

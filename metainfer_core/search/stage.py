@@ -65,7 +65,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
         return SearchOutcome(None, reason, default, time.perf_counter() - t0)
     # adaptive switch, second part: even a plan at 0 ms saves at most the default's latency on each
     # of the runs the plan will serve; skip when that cannot pay back the expected search time
-    # (counted without the run's cache: int8's float_layers narrowing would be measured here for nothing)
+    # (counted without the run's cache: a narrowing would measure here for nothing)
     n_root = sum(1 for _ in expand(default.model, s.action_space.domains(), info))
     expected_candidates = n_root * (1 + s.search.beam_width * (s.search.depth - 1))
     # what is left of the allowance after measuring the paths and the baseline
@@ -131,7 +131,7 @@ def memory_fits(s: Settings, backend: Backend) -> dict[ExecutionPath, MemoryFit]
     out (their plans are predicted as planned)."""
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     out = {}
-    labels = {"onnxruntime", *(backend.info.extra.get("execution_paths") or [])}
+    labels = {ExecutionPath().label, *(backend.info.extra.get("execution_paths") or [])}
     for path in sorted({ExecutionPath.parse(label) for label in labels}, key=lambda p: p.label):
         if not path.is_default and not hasattr(backend, "path_backend"):
             continue
@@ -147,16 +147,16 @@ def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts |
     offers only its default path. A runtime the action space asks for by name that the target
     does not offer is refused with one paragraph."""
     offered = backend.info.extra.get("execution_paths") or []
-    domain = s.action_space.actions.get("binding")
-    if domain is None:
+    binder = next((name for name in s.action_space.actions if ACTIONS[name].binds_path), None)
+    if binder is None:
         return None
-    asked = domain.get("runtime")
-    runtimes = {ExecutionPath.parse(label).runtime for label in offered} | {"onnxruntime"}
+    asked = s.action_space.actions[binder].get("runtime")
+    runtimes = {ExecutionPath.parse(label).runtime for label in offered} | {ExecutionPath().runtime}
     missing = sorted(set([asked] if isinstance(asked, str) else asked or []) - runtimes)
     if missing:
         absent = missing_paths(s.target.spec)
         raise MetaInferError(
-            f"The action space asks the binding action for runtime(s) {missing}, which target {s.target.name} does not "
+            f"The action space asks the {binder} action for runtime(s) {missing}, which target {s.target.name} does not "
             f"offer (it offers {sorted(offered) or 'its default path only'}). "
             + (f"The package(s) {absent} are not installed in this environment: install them (they are pinned in "
                "requirements.lock), " if absent else f"List them under execution_paths in conf/target/{s.target.name}.yaml, ")

@@ -114,7 +114,8 @@ def test_search_keeps_the_sensitive_layers_float_where_whole_int8_breaks_the_bou
     res = beam_search(m, space, ev, ctx, 8, 1, 3, 60.0)
     numeric = {k: v[0] for k, v in space["int8"].items() if k != "float_layers"}
     whole_nodes = next(expand(m, int8_space("inputs_outputs", [0]), info))[2].nodes
-    assert ev.int8_share(numeric, whole_nodes, True) > 1      # checked exactly: whole int8 breaks the bound
+    shares = ctx.cache["int8.float_shares"]       # what int8's narrowing reads (float_layers.prepare_search)
+    assert shares(numeric, whole_nodes, True) > 1      # checked exactly: whole int8 breaks the bound
     assert res.top, res.pruned
     best = res.top[0]
     n_quantizable = len(next(expand(m, space, info))[2].nodes)

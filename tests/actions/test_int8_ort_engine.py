@@ -6,11 +6,10 @@ runs once per graph in a run. The bench's ORT quantize_static peer is the same c
 from __future__ import annotations
 
 
-from metainfer_core.actions import ACTIONS, Site, Step
+from metainfer_core.actions import ACTIONS
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.ir.directives import INT8_ENGINE_KEY, model_meta
 from metainfer_core.normalize import normalize
-from metainfer_core.search.beam import _lossy_label
 from metainfer_core.search.path_costs import PathCosts, graph_class
 from metainfer_core.zoo import build
 
@@ -35,10 +34,10 @@ def test_onnxruntimes_quantizer_writes_the_qdq_form_on_the_default_path_and_mark
     ours, _ = apply("int8", m, OURS, target="cpu")
     ov = ExecutionPath("openvino", "f32")
     assert PathCosts.key(ov, out) != PathCosts.key(ov, ours)
-    site = Site(("Conv_0",), "compute")
-    assert _lossy_label(Step("int8", site, tuple(ORT_INT8.items()))) == "int8:onnxruntime:compute"
-    assert _lossy_label(Step("int8", site, tuple(dict(ORT_INT8, scope="all").items()))) == "int8:onnxruntime"
-    assert _lossy_label(Step("int8", site, tuple(OURS.items()))) == "int8"
+    label = ACTIONS["int8"].kind_label
+    assert label(ORT_INT8) == "int8:onnxruntime:compute"
+    assert label(dict(ORT_INT8, scope="all")) == "int8:onnxruntime"
+    assert label(OURS) == "int8"
 
 
 def test_float_layers_read_their_original_weights_and_the_quantizer_runs_once_per_graph():
@@ -73,7 +72,7 @@ def test_every_quantizers_whole_plan_comes_before_any_float_layer_variant(settin
     """In the default action space a search reaches each engine's whole-int8 plan (the form it
     writes best) before it spends its budget on float-layer variants of meta-infer's own."""
     from metainfer_core.actions import expand
-    from metainfer_core.search.beam import in_budget_order
+    from metainfer_core.search.order import in_budget_order
 
     s = settings_for("target=cpu", "model=resnet_tiny")
     m = normalize(build("resnet_tiny"), None).model
@@ -91,7 +90,7 @@ def test_the_quantizers_own_op_set_is_offered_before_its_compute_only_scope(sett
     (scope all: the graph its users get) before its compute-only scope, at each float-layer
     count and activation type; meta-infer's own rewrite keeps its place ahead of both."""
     from metainfer_core.actions import expand
-    from metainfer_core.search.beam import in_budget_order
+    from metainfer_core.search.order import in_budget_order
 
     s = settings_for("target=cpu", "model=resnet_tiny")
     m = normalize(build("resnet_tiny"), None).model
