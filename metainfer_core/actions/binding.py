@@ -28,9 +28,14 @@ def _first_other() -> str:
 
 class Binding(Action):
     name = "binding"
+    binds_path = True
     params = {"runtime": Param(_first_other(), runtime_names(), "the runtime that runs the whole graph"),
               "precision": Param("f32", precisions(), "the precision it computes in (the runtime's precision "
                                                       "setting; a runtime without one computes in the graph's types)")}
+
+    def words(self, params, scope=""):
+        return (f"{params.get('runtime')} {params.get('precision')}",
+                f"run the whole graph on {params.get('runtime')}, computing in {params.get('precision')}")
 
     @staticmethod
     def path(params) -> ExecutionPath:
