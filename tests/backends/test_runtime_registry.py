@@ -1,7 +1,7 @@
 """The runtime registry: a runtime declared in one module is found by the registry, by execution
-paths, the missing-package report, the host backend, the peak-memory probe and plan.json's path
-record (a stub declared here, registered for one test at a time); the two real runtimes are
-registered with their declared facts."""
+paths, the missing-package report, the host backend, the peak-memory probe, plan.json's path
+record and the deploy loader (a stub declared here, registered for one test at a time); the two
+real runtimes are registered with their declared facts."""
 from __future__ import annotations
 
 import json
@@ -16,14 +16,19 @@ from metainfer_core.backends.paths import DEFAULT_PATH, PRECISIONS, RUNTIMES, Ex
 from metainfer_core.backends.runtimes import (Runtime, default_runtime, find, precisions, register, runtime_for_form,
                                               runtime_names, runtime_of, runtimes, unregister)
 from metainfer_core.errors import MetaInferError
-from metainfer_core.plan.deployable import path_record
+from metainfer_core.plan.deployable import load_plan, path_record
 from metainfer_core.zoo import build
+
+from plan_content import plan_content
 
 HOST = {"providers": ["CPUExecutionProvider"], "intra_op_threads": 1, "memory_limit_bytes": 1 << 33}
 
 
 class StubCompiled(Compiled):
     compile_s = 0.0
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
 
     def run(self, feeds):
         return [np.zeros(1, np.float32)]
@@ -42,7 +47,7 @@ class StubBackend(Backend):
                           "stub-1.0", int(self.spec["memory_limit_bytes"]), None, ("float32",), (), "NCHW", False, 1)
 
     def compile(self, model):
-        return StubCompiled()
+        return StubCompiled(self)
 
     def benchmark(self, model, reps, warmup):
         return Timing.from_samples([1.0])
@@ -131,6 +136,17 @@ def test_the_peak_probe_opens_the_runtimes_session_after_loading_it(stub, tmp_pa
     peak_probe.main(str(tmp_path / "model.onnx"), str(tmp_path / "feeds.npz"), str(tmp_path / "options.json"))
     assert stub.events == ["loaded s", "opened ['x']", "ran"]
     assert int(capsys.readouterr().out.strip()) >= 0
+
+
+def test_the_deploy_loader_loads_a_plan_on_the_runtime_plan_json_names(stub, tmp_path):
+    import onnx
+
+    onnx.save(build("mlp", seed=0), str(tmp_path / "model.onnx"))
+    path = {"runtime": "stub", "precision": "f16", "settings": {"intra_op_threads": 2}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan_content(execution_path=path)))
+    plan = load_plan(tmp_path, threads=0)
+    assert isinstance(plan.compiled, StubCompiled) and plan.path == path
+    assert plan.compiled.backend.spec == {"memory_limit_bytes": 0, "intra_op_threads": 0, "inference_precision": "f16"}
 
 
 def test_a_runtime_declared_twice_and_an_undeclared_one_are_refused(stub):

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 _FRAMEWORK = ("base", "registry")       # this package's modules that declare no runtime
 _RUNTIMES: dict[str, Runtime] = {}
+_ordered: list[tuple[Runtime, ...]] = []   # runtimes() once computed: paths ask it for every default-path test
 _lock = threading.RLock()               # path costs are measured from worker threads
 _discovered = False
 
@@ -26,11 +27,13 @@ def register(cls: type[Runtime]) -> type[Runtime]:
     if known is not None and _where(type(known)) != _where(cls):
         raise ValueError(f"runtime {runtime.name!r} is declared twice: {_where(type(known))} and {_where(cls)}")
     _RUNTIMES[runtime.name] = runtime
+    _ordered.clear()
     return cls
 
 
 def unregister(name: str) -> None:
     _RUNTIMES.pop(name, None)
+    _ordered.clear()
 
 
 def _where(cls: type) -> str:
@@ -64,10 +67,12 @@ def runtime_of(name: str) -> Runtime:
     return runtime
 
 
-def runtimes() -> list[Runtime]:
+def runtimes() -> tuple[Runtime, ...]:
     """Every declared runtime, the default first, then by name."""
     _discover()
-    return sorted(_RUNTIMES.values(), key=lambda r: (not r.default, r.name))
+    if not _ordered:
+        _ordered.append(tuple(sorted(_RUNTIMES.values(), key=lambda r: (not r.default, r.name))))
+    return _ordered[0]
 
 
 def runtime_names() -> tuple[str, ...]:
