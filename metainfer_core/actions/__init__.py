@@ -7,25 +7,33 @@ subgraph splitting (tiling), memory reuse (memory_reuse) and compute/copy overla
 (schedule), and execution-path binding (binding: which runtime runs the plan, in which
 precision). Operator binding on a modeled device (device or host per kernel) is computed for every
 candidate by metainfer_core.ir.kernels.bind; an action that would add an op the device lacks is illegal."""
+import importlib
+import inspect
+import pkgutil
+
 from metainfer_core.actions.base import Action, ActionContext, Param, Site, Step
-from metainfer_core.actions.bf16 import Bf16
-from metainfer_core.actions.binding import Binding
-from metainfer_core.actions.conv_bn_fusion import ConvBnFusion
-from metainfer_core.actions.conv_merge import ConvMerge
-from metainfer_core.actions.fp16 import Fp16
-from metainfer_core.actions.fuse_chain import FuseChain
-from metainfer_core.actions.int8 import Int8
-from metainfer_core.actions.int8_dynamic import Int8Dynamic
-from metainfer_core.actions.layout import Layout
-from metainfer_core.actions.memory_reuse import MemoryReuse
-from metainfer_core.actions.schedule import Schedule
-from metainfer_core.actions.tiling import Tiling
-from metainfer_core.actions.transpose_cancel import TransposeCancel
 
-ACTIONS: dict[str, Action] = {a.name: a for a in (
-    ConvBnFusion(), ConvMerge(), TransposeCancel(), Layout(), FuseChain(), Fp16(), Bf16(), Int8(), Int8Dynamic(), Tiling(),
-    MemoryReuse(), Schedule(), Binding())}
 
+def _discovered() -> dict[str, Action]:
+    """Every concrete Action subclass with a name in this package's modules: an action registers
+    by existing (one module, its test beside it); nothing else lists it."""
+    for module in pkgutil.iter_modules(__path__):
+        if module.name.startswith("_"):
+            continue
+        importlib.import_module(f"{__name__}.{module.name}")
+    found: dict[str, Action] = {}
+    todo = list(Action.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        if not inspect.isabstract(cls) and getattr(cls, "name", None) and cls.__module__.startswith(f"{__name__}."):
+            if cls.name in found:
+                raise TypeError(f"two actions are named {cls.name!r}: {type(found[cls.name]).__qualname__} and {cls.__qualname__}")
+            found[cls.name] = cls()
+    return dict(sorted(found.items()))
+
+
+ACTIONS: dict[str, Action] = _discovered()
 
 
 def expand(model, space: dict, target, after: Step | None = None, illegal: dict[str, str] | None = None,

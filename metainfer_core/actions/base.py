@@ -78,6 +78,7 @@ class Action(ABC):
     part of what it could, its pruning and measuring hooks (`whole`, `pruned`, `fits_by_runs`,
     `prepare_search`, `known_loss`). The defaults fit a plain lossless rewrite."""
     name: str
+    summary: str = ""           # what it rewrites, one line (docs/actions.md's table)
     lossy: bool = False
     params: dict[str, Param] = {}
     width: int = 32             # bits of the numbers it computes in: the narrowest is tried first within a turn

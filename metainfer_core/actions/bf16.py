@@ -89,6 +89,7 @@ def _bf16_bits(w: np.ndarray) -> bytes:
 
 class Bf16(Action):
     name = "bf16"
+    summary = "bfloat16 kernels (emulated numerics), only where the target has a bf16 datapath"
     lossy = True
     width = 16
     params = {"scope": Param("all", ("all", "compute"), "every float node, or only Conv/MatMul/Gemm",

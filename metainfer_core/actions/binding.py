@@ -28,6 +28,9 @@ def _first_other() -> str:
 
 class Binding(Action):
     name = "binding"
+    summary = ("the execution path that runs the whole plan (model metadata); legal where the target offers the "
+               "path; stacks with every rewrite (an int8 graph on one runtime, an fp32 graph on another in bf16); "
+               "lossy below f32")
     binds_path = True
     params = {"runtime": Param(_first_other(), runtime_names(), "the runtime that runs the whole graph"),
               "precision": Param("f32", precisions(), "the precision it computes in (the runtime's precision "

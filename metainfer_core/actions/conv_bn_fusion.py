@@ -12,6 +12,7 @@ from metainfer_core.normalize.passes import fold_conv_bn
 
 class ConvBnFusion(Action):
     name = "conv_bn_fusion"
+    summary = "Conv → BatchNormalization into one Conv"
 
 
     def words(self, params, scope=""):

@@ -188,6 +188,8 @@ def _prune_initializers(model: onnx.ModelProto) -> None:
 
 class ConvMerge(Action):
     name = "conv_merge"
+    summary = ("a conv followed by a 1x1 conv into one conv; convs (or MatMuls) sharing an input into one plus a "
+               "Split")
     params = {"pattern": Param("chain", ("chain", "siblings"),
                                "merge a 1x1 conv into the conv before it, or convs/MatMuls sharing one input")}
 

@@ -99,6 +99,7 @@ def to_fp16(model: onnx.ModelProto, nodes: set[str]) -> onnx.ModelProto:
 
 class Fp16(Action):
     name = "fp16"
+    summary = "float16 weights and tensors, Casts at the boundary"
     lossy = True
     width = 16
     params = {"scope": Param("all", ("all", "compute"), "every float node, or only Conv/MatMul/Gemm",

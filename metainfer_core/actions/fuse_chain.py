@@ -64,6 +64,9 @@ def _chains(model: onnx.ModelProto, max_depth: int, supported: set[str] | None,
 
 class FuseChain(Action):
     name = "fuse_chain"
+    summary = ("marks an anchor (Conv/MatMul/Gemm) and its element-wise epilogue (or, with `layers`, consecutive "
+               "convs) as one fusion group (node metadata), within the target's fusion depth and op set; illegal on "
+               "`cpu`, whose runtime fuses by itself")
     params = {"max_depth": Param(4, (2, 3, 4, 6, 8), "most ops one fused kernel may hold"),
               "span": Param("epilogue", ("epilogue", "layers"),
                             "one anchor and its element-wise epilogue, or consecutive layers too")}

@@ -31,6 +31,7 @@ _ENGINES = {ORT: ("ORT quantizer", "ONNX Runtime's quantize_static"), NNCF: ("NN
 
 class Int8(Action):
     name = "int8"
+    summary = "QDQ static quantization: see int8 in depth below"
     lossy = True
     width = 8
     params = {

@@ -26,6 +26,9 @@ def _weighted(model: onnx.ModelProto) -> list[str]:
 
 class Int8Dynamic(Action):
     name = "int8_dynamic"
+    summary = ("ONNX Runtime's dynamic quantization of the MatMul/Gemm nodes with weights: int8 weights, activations "
+               "quantized at run time (MatMulInteger), no calibration; where the target lists `dynamic` quantization "
+               "(`cpu`)")
     lossy = True
     width = 8
     params = {"weight_type": Param("QInt8", ("QInt8", "QUInt8"), "weight type"),

@@ -173,6 +173,7 @@ def to_nhwc(model: onnx.ModelProto, node_names: set[str]) -> onnx.ModelProto:
 
 class Layout(Action):
     name = "layout"
+    summary = "channels-last regions with one Transpose in and out; legal where the target prefers NHWC"
     params = {"layout": Param("NHWC", ("NHWC",), "the channels-last layout the device's kernels read natively")}
 
 

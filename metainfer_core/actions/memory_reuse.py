@@ -20,6 +20,7 @@ def current_strategy(model, target) -> str:
 
 class MemoryReuse(Action):
     name = "memory_reuse"
+    summary = "the buffer-sharing policy the planner and device honour (model metadata)"
     params = {"strategy": Param("greedy", STRATEGIES, "how activations share the arena")}
 
 

@@ -91,6 +91,9 @@ def may_cross_link(model: onnx.ModelProto, target) -> bool:
 
 class Schedule(Action):
     name = "schedule"
+    summary = ("execution order for a lower liveness peak; double-buffered host/device transfers on modeled targets, "
+               "and on the `npu` the next kernel's weights prefetched from flash while the current one runs (a "
+               "second weight buffer)")
     params = {
         "order": Param("keep", ("keep", "memory"), "keep the execution order, or the memory-aware one"),
         "double_buffer": Param(False, (False, True),

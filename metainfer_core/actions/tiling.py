@@ -262,6 +262,10 @@ def _weight_dequantizers(chain, C: _Chains) -> dict[str, onnx.NodeProto]:
 
 class Tiling(Action):
     name = "tiling"
+    summary = ("splits a chain into row (with halos) or batch tiles, then Concat, to cut peak memory; `channels` "
+               "(only on a device that streams weights from flash, the `npu`) splits a Conv/MatMul/Gemm along its "
+               "output channels, each block with its slice of the weights (QDQ blocks stay integer kernels), so the "
+               "device holds one block's weights at a time")
     params = {
         "tiles": Param(4, (2, 4, 8), "how many executions the chain is split into"),
         "axis": Param("height", ("height", "batch", "channels"),

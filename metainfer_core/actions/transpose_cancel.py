@@ -12,6 +12,7 @@ from metainfer_core.normalize.passes import cancel_transposes
 
 class TransposeCancel(Action):
     name = "transpose_cancel"
+    summary = "Transpose pairs composed or removed"
 
 
     def words(self, params, scope=""):
