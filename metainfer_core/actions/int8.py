@@ -19,9 +19,15 @@ from metainfer_core.actions.fp16 import is_float32_model
 from metainfer_core.actions.nncf_engine import NNCF, nncf_quantize
 from metainfer_core.actions.ort_engine import ORT, ort_quantize
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.backends.runtimes import runtime_for_form
 
 
-OPENVINO_INT8_PATH = ExecutionPath("openvino", "f32")
+INPUTS_FORM = "inputs"      # the placement that only one runtime runs in int8 (its own form)
+
+
+def form_path() -> ExecutionPath:
+    """The path a plan in the inputs-only form binds to: the runtime that declares it native."""
+    return runtime_for_form(INPUTS_FORM).form_path
 
 
 _TYPES = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)
@@ -95,7 +101,7 @@ class Int8(Action):
 
     def native_runtime(self, params):
         inputs_form = params.get("placement") == "inputs" or params.get("engine") == NNCF
-        return OPENVINO_INT8_PATH.runtime if inputs_form else None
+        return form_path().runtime if inputs_form else None
 
     def words(self, params, scope=""):
         p = params
@@ -140,7 +146,7 @@ class Int8(Action):
         if not is_float32_model(model) or not any(n.op_type in COMPUTE_OPS for n in model.graph.node):
             return []
         if params["placement"] == "inputs" and (params["activation_type"] != "QUInt8"
-                                                or OPENVINO_INT8_PATH.label not in offered(target)):
+                                                or form_path().label not in offered(target)):
             return []       # one variant per scope; the form only OpenVINO runs as int8
         if params["engine"] == NNCF and (params["placement"] != "inputs" or params["scope"] != "compute"
                                          or params[FLOAT_LAYERS] not in (0, FIT)):
@@ -187,8 +193,8 @@ class Int8(Action):
 
     @staticmethod
     def _bound(model, out):
-        if ExecutionPath.of(model).runtime != "openvino":
+        if ExecutionPath.of(model).runtime != form_path().runtime:
             # OpenVINO's form is a plan for OpenVINO (ONNX Runtime runs it in float); its float
             # remainder in f32 there, and `binding` may move it (bf16, or back)
-            OPENVINO_INT8_PATH.write_to(out)
+            form_path().write_to(out)
         return out
