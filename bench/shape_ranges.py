@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from bench import corpus, modelset, ort_baselines, report
+from bench import corpus, goals, modelset, ort_baselines, report
 from bench.adapt_run import adapt
 from bench.peers import short
 from metainfer_core.accuracy.metric import plan_loss
@@ -357,12 +357,12 @@ def peers_at(folder: Path, original: onnx.ModelProto, shapes: dict[str, list[int
                                   runs=rounds, max_loss=bound)
     except Exception as exc:  # noqa: BLE001 - a comparison that breaks is this point's finding
         return {"shapes": shapes, "error": f"peers: {short(exc)}"}
-    best = report.fastest_peer(c, bound)
+    best = goals.fastest_peer(c, bound)
     mine = c.get("meta_infer") or {}
     return {"shapes": shapes, "compare": c, "fastest": best and best[0], "fastest_ms": best and best[1],
             "meta_ms": mine.get("latency_ms"), "meta_loss": mine.get("accuracy_loss"),
             "meta_over": mine.get("accuracy_loss") is not None and mine["accuracy_loss"] > bound,
-            "vs_fastest": report.compare_ratios({"compare": c}, bound)["vs_fastest"]}
+            "vs_fastest": goals.compare_ratios({"compare": c}, bound)["vs_fastest"]}
 
 
 # --- one model --------------------------------------------------------------------------------
@@ -480,10 +480,10 @@ def table(rows: list[dict], with_peers: bool) -> list[str]:
             cells.append(" / ".join(_vs_cell(r, p) for p in PEER_POINTS))
         cells += [f"{r.get('adapt_s', 0):.0f}", f"{r.get('total_s', 0):.0f}"]
         out.append("| " + " | ".join(cells) + " |")
-    g = [report._x(report._gmean([_plan_speedup(r, p) for r in rows])) for p in PEER_POINTS]
+    g = [report._x(goals.gmean([_plan_speedup(r, p) for r in rows])) for p in PEER_POINTS]
     cells = ["geo-mean", "", "", "", "", "", " / ".join(g)]
     if with_peers:
-        cells.append(" / ".join(report._x(report._gmean([_vs(r, p) for r in rows])) for p in PEER_POINTS))
+        cells.append(" / ".join(report._x(goals.gmean([_vs(r, p) for r in rows])) for p in PEER_POINTS))
     return out + ["| " + " | ".join(cells + ["", ""]) + " |"]
 
 

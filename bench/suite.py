@@ -3,7 +3,7 @@
     make bench                      # = .venv/bin/python -m bench.suite
     python -m bench.suite --quick   # a few models, quick search, fewer side benchmarks (iterations)
 
-Per model on `cpu` (bench/modelset.py: the zoo, then the corpus of real models of bench/corpus.py
+Per model on `cpu` (bench/modelset.py: the zoo, then the corpus of real models of bench/corpus/
 with their real inputs as data.inputs, the three PP-OCR models among them, each key once):
 flows/adapt.py run as a user runs it, with the defaults (weights=balanced; the headline), then
 again with weights=latency (its plan.json and MLflow run are the figures' source; a failed or
@@ -34,7 +34,7 @@ from pathlib import Path
 import onnxruntime as ort
 from mlflow.tracking import MlflowClient
 
-from bench import mlflow_compare, modelset, plan_predictions, plots, report, roofline, search_scaling
+from bench import goals, mlflow_compare, modelset, plan_predictions, plots, report, roofline, search_scaling
 from bench.predictor import run_target
 from bench.reprofile_cost import backend as target_backend
 from bench.reprofile_cost import measure as reprofile_measure
@@ -59,7 +59,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
                     help=f"models {QUICK_MODELS}, search=quick, no predictor validation, small search scaling, "
                          "re-profiling on a modeled target only")
     ap.add_argument("--models", nargs="+",
-                    help="model keys to run: zoo names and corpus keys (bench/corpus.py: ppocr_det, ppocr_cls, "
+                    help="model keys to run: zoo names and corpus keys (bench/corpus/catalogue.py: ppocr_det, ppocr_cls, "
                          "ppocr_rec, silero_vad, ...)")
     ap.add_argument("--skip", nargs="+", default=[], choices=SECTIONS,
                     help="sections to leave out: compare (the peers), corpus (the corpus models; PP-OCR then runs "
@@ -141,10 +141,10 @@ def run_models(a, client: MlflowClient) -> list[dict]:
             say(f"  {e.key}: FAILED ({row['rc']}, {row['adapt_s']:.0f} s): {report.first_line(row['error'])}")
         else:
             say(f"  {e.key}: {row['decision']}, {row['default_ms']:.4g} -> {row['adapted_ms']:.4g} ms "
-                f"({report._x(report._ratio(row['default_ms'], row['adapted_ms']))}), adapt {row['adapt_s']:.0f} s, "
+                f"({report._x(goals.ratio(row['default_ms'], row['adapted_ms']))}), adapt {row['adapt_s']:.0f} s, "
                 f"MLflow {row['mlflow_check']}"
-                + (f"; vs fastest peer {report._x(report.compare_ratios(row, max_loss(a.extra))['vs_fastest'])} "
-                   f"({report.goal(row, max_loss(a.extra))})" if row.get("compare") else "")
+                + (f"; vs fastest peer {report._x(goals.compare_ratios(row, max_loss(a.extra))['vs_fastest'])} "
+                   f"({goals.goal(row, max_loss(a.extra))})" if row.get("compare") else "")
                 + (f"; {row['compare_error']}" if row.get("compare_error") else ""))
         rows.append(row)
     return rows
@@ -248,7 +248,7 @@ def main(argv: list[str]) -> int:
     report_path = a.out / "report.md"
     report_path.write_text(report.markdown(results))
     (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    h = report.headline(results)
+    h = goals.headline(results)
     suite_run = mlflow_compare.record_suite(
         client, "meta-infer/bench@cpu", a.store, f"bench-{results['date'].replace(' ', '-')}",
         {"quick": a.quick, "models": ",".join(m["name"] for m in results["models"]), "extra": " ".join(a.extra),

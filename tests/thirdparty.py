@@ -30,7 +30,7 @@ class ThirdPartyModel:
         return models_folder() / self.filename
 
 
-# the corpus's PP-OCR entries (bench/corpus.py), read from the installed package
+# the corpus's PP-OCR entries (bench/corpus/catalogue.py), read from the installed package
 PPOCR = {k: ThirdPartyModel(k, file_name(BY_KEY[k]), BY_KEY[k].input_shapes, BY_KEY[k].note) for k in KEYS}
 
 

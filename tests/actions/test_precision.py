@@ -111,9 +111,7 @@ def test_int8_scope_all_folds_relu_into_the_conv_output_range():
 
 @pytest.mark.alone
 def test_int8_rewrite_is_linear_in_graph_size():
-    import sys
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2] / "bench"))
-    from search_scaling import residual_cnn
+    from bench.search_scaling import residual_cnn
 
     m = normalize(residual_cnn(600), {"input": [1, 16, 16, 16]}).model
     feeds = [random_feeds(m, seed=0)]

