@@ -50,7 +50,7 @@ LOSSY_MIN = 1.03      # ...is adopted only where its clean speed-up is at least 
 DEFAULT_WITHIN = 0.10  # plan.json's default latency within 10 % of the clean one
 CHILD_TIMEOUT_S = 900.0
 # modules the child must not load: what adapt runs in (and the bench's peers) but a deployment does not
-HEAVY = ("prefect", "hydra", "mlflow", "torch", "nncf", "catboost", "bench.peers", "tasks")
+HEAVY = ("prefect", "hydra", "mlflow", "torch", "nncf", "catboost", "bench.peers", "tasks", "app")
 
 
 # ---------------------------------------------------------------------------------------------- the child

@@ -10,12 +10,12 @@ import numpy as np
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
+from app.compose import CONF_DIR
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint.profiler import kernel_model
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.tensors import random_feeds, tensor_infos
 from metainfer_core.normalize import normalize
-from tasks.compose import CONF_DIR
 
 
 def model():

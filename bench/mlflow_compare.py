@@ -10,7 +10,7 @@ from pathlib import Path
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-# plan.json figure -> the metric name tasks/tracking.py logs it under
+# plan.json figure -> the metric name app/tracking/ logs it under
 CHECKED = {("measured", "latency_ms"): "measured.latency_ms", ("baseline", "latency_ms"): "baseline.latency_ms",
            ("measured", "accuracy_loss"): "measured.accuracy_loss", ("timings", "search_s"): "timings.search_s",
            ("timings", "compile_s"): "timings.compile_s", ("timings", "verify_s"): "timings.verify_s"}

@@ -14,13 +14,13 @@ import sys
 
 import numpy as np
 
+from app.compose import load_settings, zoo_input_shapes
 from metainfer_core import zoo
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.backends import backend_for
 from metainfer_core.backends.timing import SETTLE, interleaved
 from metainfer_core.predictor.dataset.training_set import zoo_entries
-from tasks.compose import load_settings, zoo_input_shapes
 
 WAYS = {"per channel": True, "per tensor": False, "auto": "auto"}
 

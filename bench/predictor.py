@@ -26,14 +26,14 @@ from pathlib import Path
 import numpy as np
 from scipy.stats import spearmanr
 
+from app.compose import load_settings, zoo_input_shapes
 from metainfer_core import zoo
 from metainfer_core.backends import backend_for
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
-from metainfer_core.predictor.dataset.training_set import build, measure_plans, zoo_entries
 from metainfer_core.predictor.dataset.plans import candidate_plans
+from metainfer_core.predictor.dataset.training_set import build, measure_plans, zoo_entries
 from metainfer_core.predictor.lifecycle.validation import leave_one_model_out
-from tasks.compose import load_settings, zoo_input_shapes
 
 TARGETS = ["cpu", "gpu", "npu", "fpga", "asic"]
 

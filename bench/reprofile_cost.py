@@ -13,12 +13,12 @@ import time
 
 import yaml
 
+from app.compose import CONF_DIR
 from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.onboard import zoo_models
 from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.fingerprint.reprofile import reprofile
-from tasks.compose import CONF_DIR
 
 
 def backend(target: str, **spec):

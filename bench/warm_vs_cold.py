@@ -14,12 +14,12 @@ import sys
 
 import numpy as np
 
+from app.compose import load_settings, zoo_input_shapes
 from metainfer_core import zoo
 from metainfer_core.backends import backend_for
 from metainfer_core.backends.timing import SETTLE, interleaved
 from metainfer_core.predictor.dataset.plans import candidate_plans
 from metainfer_core.predictor.dataset.training_set import zoo_entries
-from tasks.compose import load_settings, zoo_input_shapes
 
 WANTED = ("default", "fp16(scope=all)", "int8(activation_type=QUInt8,calibrate_method=MinMax,per_channel=auto,"
           "scope=compute,weight_type=QInt8)")

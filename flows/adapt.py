@@ -16,19 +16,19 @@ STARTED = time.monotonic()      # budget.total_s counts from here: imports and t
 import sys  # noqa: E402
 import uuid  # noqa: E402
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
+from app.cli import run_cli, stopped_by  # noqa: E402
+from app.flow_run import label_flow_run, publish_report  # noqa: E402
+from app.tracking.runs import fail_run, finish_run, start_run  # noqa: E402
 from tasks.adapt_tasks import (Run, log_summary, normalize_task, print_summary, profile_task,  # noqa: E402
                                rollback_task, search_task, timed, train_predictor_task, verify_task)
 from tasks.buckets_tasks import buckets_task, bucket_raw, needs_buckets, write_buckets_task  # noqa: E402
-from tasks.remote_verify import remote_verify_task  # noqa: E402
-from tasks.cli import run_cli, stopped_by  # noqa: E402
-from tasks.flow_run import label_flow_run, publish_report  # noqa: E402
-from tasks.tracking import fail_run, finish_run, start_run  # noqa: E402
+from tasks.remote_verify_tasks import remote_verify_task  # noqa: E402
 
 
 @flow(name="adapt", validate_parameters=False)

@@ -13,19 +13,19 @@ import json
 import sys
 import time
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
+from app.cli import run_cli  # noqa: E402
+from app.compose import load_settings  # noqa: E402
+from app.settings import validate_settings  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from tasks.adapt_tasks import Run, normalize_task, profile_task, train_predictor_task  # noqa: E402
-from tasks.cli import run_cli  # noqa: E402
-from tasks.compose import load_settings  # noqa: E402
 from tasks.many_tasks import (adapt_model_task, init_tracking_store, markdown_table, summary_row,  # noqa: E402
                               task_runner)
-from tasks.settings import validate_settings  # noqa: E402
 
 
 @flow(name="adapt_many", validate_parameters=False)

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import sys
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
-from tasks.cli import run_cli  # noqa: E402
-from tasks.fleet import deploy_target, ensure_pools, require_server  # noqa: E402
+from app.cli import run_cli  # noqa: E402
+from app.fleet import deploy_target, ensure_pools, require_server  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import onnx
 
+from app.cli import run_cli
+from app.tracking.registry import active_plans, download_plan, registered_name
 from metainfer_core.backends import backend_for
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor.lifecycle.feedback import record_runtime, runtime_run
-from tasks.cli import run_cli
-from tasks.tracking import active_plans, download_plan, registered_name
 
 
 def _deployed_model(s) -> onnx.ModelProto:

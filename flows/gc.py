@@ -9,9 +9,9 @@ from __future__ import annotations
 import shutil
 import sys
 
+from app.cli import run_cli
+from app.tracking.registry import protected_runs
 from metainfer_core.plan.retention import run_folders, size_bytes, stale_partials, to_remove
-from tasks.cli import run_cli
-from tasks.tracking import protected_runs
 
 
 def _body(s, raw) -> str:

@@ -9,19 +9,19 @@ import json
 import sys
 import time
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
+from app.cli import run_cli  # noqa: E402
+from app.settings import validate_settings  # noqa: E402
+from app.tracking.runs import record_report  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from metainfer_core.fingerprint import onboard  # noqa: E402
-from tasks.cli import run_cli  # noqa: E402
 from tasks.onboard_tasks import (capabilities_task, concurrency_task, execution_paths_task, microbench_task,  # noqa: E402
                                  minimal_model_task, versions_task, zoo_models_task)
-from tasks.settings import validate_settings  # noqa: E402
-from tasks.tracking import record_report  # noqa: E402
 
 
 @flow(name="onboard", validate_parameters=False)

@@ -14,18 +14,18 @@ import json
 import sys
 import time
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow, serve  # noqa: E402
 
+from app.cli import run_cli  # noqa: E402
+from app.compose import load_settings  # noqa: E402
+from app.tracking.runs import record_report  # noqa: E402
 from metainfer_core.fingerprint.reprofile import markdown  # noqa: E402
-from tasks.cli import run_cli  # noqa: E402
-from tasks.compose import load_settings  # noqa: E402
 from tasks.reprofile_tasks import (drift_task, path_predictors_task, refresh_predictor_task,  # noqa: E402
                                    reverify_task)
-from tasks.tracking import record_report  # noqa: E402
 
 SERVE_FLAG = "--serve"
 

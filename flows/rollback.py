@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from tasks.cli import run_cli
-from tasks.tracking import roll_back_active
+from app.cli import run_cli
+from app.tracking.registry import roll_back_active
 
 
 def _body(s, raw) -> str:

@@ -14,22 +14,22 @@ import sys
 import time
 from pathlib import Path
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
+from app.cli import run_cli  # noqa: E402
+from app.compose import zoo_input_shapes  # noqa: E402
+from app.settings import RunSettings, validate_settings  # noqa: E402
+from app.tracking.runs import record_report  # noqa: E402
 from metainfer_core import zoo  # noqa: E402
+from metainfer_core.backends import backend_for  # noqa: E402
 from metainfer_core.errors import MetaInferError  # noqa: E402
 from metainfer_core.predictor.lifecycle.store import PredictorStore  # noqa: E402
-from tasks.cli import run_cli  # noqa: E402
-from tasks.compose import zoo_input_shapes  # noqa: E402
-from tasks.settings import RunSettings, validate_settings  # noqa: E402
-from tasks.tracking import record_report  # noqa: E402
 from tasks.train_tasks import (build_training_set_task, fine_tune_task, predictor_folder,  # noqa: E402
                                train_offline_task)
-from metainfer_core.backends import backend_for  # noqa: E402
 
 
 def zoo_shapes(s: RunSettings) -> dict[str, dict[str, list[int]]]:

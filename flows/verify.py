@@ -6,13 +6,13 @@ in the shared fingerprint database), times the plans on this host's backend with
 verify() as a local run, and writes the measurements back for adapt to read."""
 from __future__ import annotations
 
-from tasks.environment import quiet_prefect
+from app.environment import quiet_prefect
 
 quiet_prefect()  # before prefect is imported: it sets up logging at import time
 
 from prefect import flow  # noqa: E402
 
-from tasks.remote_verify import measure_request_task  # noqa: E402
+from tasks.remote_verify_tasks import measure_request_task  # noqa: E402
 
 
 @flow(name="verify", validate_parameters=False)

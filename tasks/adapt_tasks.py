@@ -5,7 +5,7 @@ point:
     profile          metainfer_core.fingerprint.stage.profile_stage
     train_predictor  metainfer_core.predictor.stage.train_stage
     search           metainfer_core.search.stage.search_stage
-    verify           metainfer_core.verify.stage.verify_stage (verify_remote: tasks/remote_verify.py)
+    verify           metainfer_core.verify.stage.verify_stage (verify_remote: tasks/remote_verify_tasks.py)
     rollback         metainfer_core.decide.stage.decide_stage, feedback.record_verified_runs,
                      plan.run_folder.stage_run with plan.record.build_plan
 
@@ -20,6 +20,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from app.progress import run_log, say as _progress
+from app.settings import RunSettings, validate_settings
 from metainfer_core.backends import Backend, backend_for
 from metainfer_core.budget import Budget
 from metainfer_core.decide.stage import decide_stage
@@ -36,8 +38,6 @@ from metainfer_core.prepare.stage import Prepared, prepare_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
 from metainfer_core.verify.worker import time_pair_isolated
-from tasks.progress import run_log, say as _progress
-from tasks.settings import RunSettings, validate_settings
 
 
 @dataclass(frozen=True)

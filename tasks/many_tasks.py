@@ -12,9 +12,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTaskRunner
 
+from app.settings import RunSettings
 from metainfer_core.plan import run_warnings
 from metainfer_core.plan.record import read_plan
-from tasks.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("model", "decision", "actions", "default_ms", "chosen_ms", "speedup", "accuracy_loss", "plan")

@@ -4,10 +4,10 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from app.settings import validate_settings
 from metainfer_core.backends import backend_for
 from metainfer_core.fingerprint import onboard
 from metainfer_core.fingerprint import FingerprintLibrary
-from tasks.settings import validate_settings
 
 
 def _ctx(raw: dict):

@@ -1,5 +1,5 @@
 """Re-profiling tasks: drift check and re-measurement, predictor refresh, re-verification of
-the target's active plans. Thin wrappers over metainfer_core; registry access via tasks.tracking."""
+the target's active plans. Thin wrappers over metainfer_core; registry access via app.tracking."""
 from __future__ import annotations
 
 import tempfile
@@ -9,6 +9,8 @@ import onnx
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from app.settings import validate_settings
+from app.tracking.registry import active_plans, download_plan, restore_default
 from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.backends import backend_for
 from metainfer_core.decide.stage import decide
@@ -19,8 +21,6 @@ from metainfer_core.predictor.lifecycle.reprofiled import path_predictors, refre
 from metainfer_core.search.score import Weights
 from metainfer_core.verify import verify
 from tasks.adapt_tasks import _progress
-from tasks.settings import validate_settings
-from tasks.tracking import active_plans, download_plan, restore_default
 
 
 @task(name="drift_check", cache_policy=NO_CACHE)

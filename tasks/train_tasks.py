@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from app.settings import validate_settings
 from metainfer_core.backends import backend_for
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import dataset
@@ -13,7 +14,6 @@ from metainfer_core.predictor.lifecycle import offline
 from metainfer_core.predictor.lifecycle.fine_tune import FineTuneResult
 from metainfer_core.predictor.stage import predictor_folder  # noqa: F401 - flows/train.py takes it from here
 from tasks.adapt_tasks import _progress
-from tasks.settings import validate_settings
 
 
 @task(name="build_training_set", cache_policy=NO_CACHE)

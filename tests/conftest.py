@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def settings_for(tmp_path):
     """settings_for("target=fpga", ...) -> validated Settings writing under tmp_path."""
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     def make(*overrides: str):
         s, _ = load_settings([f"paths.artifacts={tmp_path}", *overrides])
@@ -46,13 +46,13 @@ class FlowResult:
         return json.loads(self.plan_path.read_text())
 
 
-# what a flow does before its first stage on first use of paths.artifacts (tasks/stores.py): the
+# what a flow does before its first stage on first use of paths.artifacts (app/stores.py): the
 # MLflow, fingerprint-library and Prefect schemas created, the temporary server started and stopped
 _MIGRATE = """
 import contextlib, sys
 import prefect  # noqa: F401  (imported, as by every flow: the embedded run starts its temporary server)
-from tasks import stores
-from tasks.compose import load_settings
+from app import stores
+from app.compose import load_settings
 s, _ = load_settings(sys.argv[1:])
 stores.check(s)
 with contextlib.ExitStack() as stack:
@@ -91,7 +91,7 @@ def _migrated_store_of(config) -> Path:
 def _prefect_api_of(config) -> str:
     """This worker's Prefect server (see prefect_api), started on first use."""
     if "server" not in _SESSION:
-        from tasks.prefect_server import TemporaryServer
+        from app.prefect_server import TemporaryServer
 
         server = TemporaryServer(str(config._tmp_path_factory.mktemp("prefect-api") / "prefect"))
         server.start()      # (stops what it started when it fails)
@@ -125,7 +125,7 @@ def migrated(_migrated_store):
 
 @pytest.fixture(scope="session")
 def prefect_api(request) -> str:
-    """The API URL of a Prefect server for this worker's flow runs (tasks/prefect_server.py's, with
+    """The API URL of a Prefect server for this worker's flow runs (app/prefect_server.py's, with
     its home under the session's tmp dir), started on first use and stopped with the session: a
     flow run named a server by PREFECT_API_URL starts none of its own (the README's "Against a
     Prefect server"), which saves every run the server's start-up (seconds of CPU: Prefect's server

@@ -204,7 +204,7 @@ def _overrides(case: str, tmp: Path) -> tuple[list[str], str, list[str]]:
 def test_bad_input_is_refused_with_one_paragraph(tmp_path, case):
     from metainfer_core.backends import backend_for
     from metainfer_core.prepare.stage import prepare_stage
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     overrides, where, fragments = _overrides(case, tmp_path)
     t0 = time.perf_counter()

@@ -8,7 +8,7 @@ import yaml
 
 from metainfer_core.backends import create_backend
 from metainfer_core.search import Weights
-from tasks.compose import CONF_DIR
+from app.compose import CONF_DIR
 
 # the host target as conf/target/cpu.yaml has it, OpenVINO's CPU plugin offered beside ONNX Runtime
 HOST_SPEC = {"providers": ["CPUExecutionProvider"], "intra_op_threads": 1, "memory_limit_bytes": 1 << 33,

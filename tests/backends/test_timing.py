@@ -7,7 +7,7 @@ import yaml
 
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.timing import SETTLE, SETTLE_BELOW_MS, interleaved, runs_per_sample, settle_runs
-from tasks.compose import CONF_DIR
+from app.compose import CONF_DIR
 
 
 class Recorder:

@@ -151,7 +151,8 @@ def test_a_real_run_folder_is_checked_in_a_fresh_process(run_flow, migrated, tmp
     assert c["rounds"] == 40 and c["ratio_low"] <= c["paired_ratio"] <= c["ratio_high"]
     child = c["child"]
     assert child["pid"] != os.getpid() and c["parent_pid"] == os.getpid()     # a process of its own ran it
-    assert not {m.split(".")[0] for m in child["heavy_modules"]} & {"prefect", "hydra", "mlflow", "bench", "tasks"}
+    heavy = {"prefect", "hydra", "mlflow", "bench", "tasks", "app"}
+    assert not {m.split(".")[0] for m in child["heavy_modules"]} & heavy
     assert child["default_settings"]["intra_op_threads"] == 1 and child["plan_path"]
     assert "claimed" in clean_check.describe(c) and "fresh process:     pid" in clean_check.describe(c)
     broken = tmp_path / "broken"        # the child fails: the result says why, nothing raises

@@ -71,7 +71,7 @@ def _cpu(**spec_changes):
     import yaml
 
     from metainfer_core.backends import create_backend
-    from tasks.compose import CONF_DIR
+    from app.compose import CONF_DIR
 
     cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
     return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **spec_changes})
@@ -81,7 +81,7 @@ def _ov_hint(hint: str) -> dict:
     """The cpu spec's OpenVINO paths with another performance hint: a new version of those paths only."""
     import yaml
 
-    from tasks.compose import CONF_DIR
+    from app.compose import CONF_DIR
 
     paths = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())["spec"]["execution_paths"]
     return {**paths, "openvino": {**paths["openvino"], "performance_hint": hint}}

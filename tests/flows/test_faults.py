@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from app.tracking.registry import promote, protected_runs
+from app.tracking.runs import start_run
 from metainfer_core.plan.retention import run_folders, stale_partials, to_remove
-from tasks.tracking import promote, protected_runs, start_run
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ["model=mlp", "search=quick", "profile.reps=3", "profile.warmup=1", "profile.batch_gradient=[1]",
@@ -201,7 +202,7 @@ def test_gc_keeps_the_newest_per_pair_and_the_active_plans(first_use, tmp_path):
     """flows/gc.py (issue 17, disk): the newest gc.keep run folders per (model, target) pair stay,
     and so do the active plan's and the one it replaced, whatever their age; a stale staging
     folder goes. In a copy of the first-use store: its MLflow database is migrated already."""
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     tmp_path = tmp_path / "store"
     shutil.copytree(first_use[0], tmp_path)

@@ -76,7 +76,7 @@ def test_each_pool_reprofiles_its_own_target_into_postgres(fleet):
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.fleet import target_overrides
+    from app.fleet import target_overrides
 
     pg, server, tmp_path, args, logs = fleet.pg, fleet.server, fleet.tmp, fleet.args, fleet.logs
     assert fleet.deployed.strip().splitlines()[-1] == \

@@ -21,7 +21,7 @@ def test_serve_registers_nightly_deployments(tmp_path, monkeypatch, prefect_api)
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     import reprofile
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     overrides = [f"paths.artifacts={tmp_path}", "reprofile.targets=[cpu,npu]"]
     s, _ = load_settings(overrides)
@@ -100,7 +100,7 @@ def test_cpu_reprofile_covers_every_execution_path(run_flow, migrated, tmp_path)
     from metainfer_core.fingerprint.profiler import profile
     from metainfer_core.normalize import normalize
     from metainfer_core.zoo import build
-    from tasks.compose import CONF_DIR
+    from app.compose import CONF_DIR
 
     migrated(tmp_path)
     cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())

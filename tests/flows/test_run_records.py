@@ -30,7 +30,7 @@ def tiny_run(tmp_path_factory, prefect_api):
     np.savez(tmp / "samples.npz", input=np.random.default_rng(0).standard_normal((3, 1, 256)).astype(np.float32))
     artifacts = tmp / "artifacts"
     # (explicit: in-process tests of this session may have set it false in os.environ, which the
-    # flow would inherit; a user's environment naming a server turns it on: tasks/environment.py)
+    # flow would inherit; a user's environment naming a server turns it on: app/environment.py)
     env = flow_env(prefect_api, PREFECT_LOGGING_TO_API_ENABLED="true")
     proc = subprocess.run([sys.executable, str(ROOT / "flows" / "adapt.py"), "model=file",
                            f"model.path={tmp / 'tinynet' / 'model.onnx'}", f"data.inputs={tmp / 'samples.npz'}",

@@ -121,7 +121,7 @@ def backend_cpu():
     import yaml
 
     from metainfer_core.backends import create_backend
-    from tasks.compose import CONF_DIR
+    from app.compose import CONF_DIR
 
     cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
     return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])

@@ -249,7 +249,7 @@ def test_json_round_trip_and_describe():
 
 
 def test_composed_range_is_validated(tmp_path):
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     path = tmp_path / "m.onnx"
     onnx.save(_seq_model(), str(path))

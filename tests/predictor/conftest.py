@@ -11,7 +11,7 @@ from metainfer_core.backends import Backend, create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
 from metainfer_core.predictor.dataset.training_set import BuildReport, build, zoo_entries
-from tasks.compose import CONF_DIR, compose_raw, zoo_input_shapes
+from app.compose import CONF_DIR, compose_raw, zoo_input_shapes
 
 MODELS = ["mlp", "resnet_tiny", "bert_tiny", "mobilenet_v2_tiny"]
 PARAMS = kernel_params(200, 0.15, 6)       # fewer trees than the default: tests stay fast

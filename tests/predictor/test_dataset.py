@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from metainfer_core.predictor.dataset.training_set import build, zoo_entries
 from metainfer_core.predictor.dataset.plans import candidate_plans
-from tasks.compose import compose_raw, zoo_input_shapes
+from app.compose import compose_raw, zoo_input_shapes
 
 from predictor.conftest import MODELS
 

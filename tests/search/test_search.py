@@ -174,7 +174,7 @@ def test_sensitivity_estimate_tracks_the_exact_loss(models):
 def _conf_weights(name: str) -> Weights:
     import yaml
 
-    from tasks.compose import CONF_DIR
+    from app.compose import CONF_DIR
 
     w = yaml.safe_load((CONF_DIR / "weights" / f"{name}.yaml").read_text())
     return Weights(w["latency"], w["memory"], w["accuracy"], w["change_penalty"])

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 BODY = textwrap.dedent("""
     import os, signal, sys, time
-    from tasks.cli import run_cli
+    from app.cli import run_cli
 
     def body(s, raw):
         try:                                  # a library that catches everything and raises its own error
@@ -43,7 +43,7 @@ def test_prefects_sigterm_under_its_task_engines_error_counts_as_stopped():
     """Inside a flow Prefect's SIGTERM handler runs instead of ours; its task engine can then raise
     "Task run is not set" while unwinding. The run must still be marked KILLED, not FAILED."""
     from prefect.exceptions import TerminationSignal
-    from tasks.cli import stopped_by
+    from app.cli import stopped_by
 
     try:
         try:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from app.compose import CONF_DIR, GROUPS, compose_raw, options
 from metainfer_core.errors import MetaInferError
-from tasks.compose import CONF_DIR, GROUPS, compose_raw, options
 
 HELP_FLAGS = ("--help", "-h")
 CFG_FLAGS = ("--cfg", "-c")

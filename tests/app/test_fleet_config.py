@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.fleet import target_overrides
 from metainfer_core.errors import MetaInferError
-from tasks.fleet import target_overrides
 
 
 def test_embedded_is_the_default_and_keeps_the_file_stores(settings_for, tmp_path):

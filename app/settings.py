@@ -2,7 +2,7 @@
 layer and the flows read: where Prefect runs (deploy), how adapt_many maps adapt over models
 (task_runner), the MLflow and Prefect stores (tracking), schedules (reprofile.cron), the flows'
 inputs (feedback, gc, models, targets) and debug. The flow layer composes Hydra YAML into a plain
-dict (tasks/compose.py); validate_settings turns it into RunSettings and rejects bad values with
+dict (app/compose.py); validate_settings turns it into RunSettings and rejects bad values with
 one readable paragraph, before any work is done. Nothing here imports Prefect, Hydra or MLflow."""
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class RunSettings(Settings):
     task_runner: TaskRunnerSettings = Field(default_factory=TaskRunnerSettings)
     models: list[str] = Field(default_factory=list)      # flows/adapt_many.py
     targets: list[str] | None = None                     # flows/deploy.py (None: reprofile.targets)
-    debug: bool = False              # true: tracebacks (tasks/cli.py reads it from the command line)
+    debug: bool = False              # true: tracebacks (app/cli.py reads it from the command line)
 
 
 def validate_settings(raw: dict[str, Any]) -> RunSettings:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from mlflow.tracking import MlflowClient
 
-from tasks.compose import load_settings
-from tasks.tracking import fail_run, mask_secrets, start_run
+from app.compose import load_settings
+from app.tracking.masking import mask_secrets
+from app.tracking.runs import fail_run, start_run
 
 
 def test_mask_secrets_hides_only_url_passwords():

@@ -15,13 +15,13 @@ import time
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from app.progress import say as _progress
+from app.settings import RunSettings, validate_settings
 from metainfer_core.backends import backend_for
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.verify import mailbox
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
-from tasks.progress import say as _progress
-from tasks.settings import RunSettings, validate_settings
 
 FLOW = "verify"          # the deployment of a target is verify/<target> (flows/deploy.py)
 

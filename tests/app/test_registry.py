@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from mlflow.tracking import MlflowClient
 
+from app.tracking.registry import ACTIVE, promote, registered_name, roll_back_active
+from app.tracking.runs import start_run
 from metainfer_core.errors import MetaInferError
-from tasks.tracking import ACTIVE, promote, registered_name, roll_back_active, start_run
 
 
 def _run(s, raw, tmp_path, decision):
@@ -23,7 +24,7 @@ def _active(s):
 
 
 def test_active_moves_only_for_adapted_and_rolls_back(settings_for, tmp_path):
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     s, raw = load_settings([f"paths.artifacts={tmp_path}", "target=npu"])
     first = _run(s, raw, tmp_path, "rolled_back")          # no active plan yet: the default becomes it
@@ -42,7 +43,7 @@ def test_rollback_without_history_is_a_clear_error(settings_for):
 
 
 def test_rollback_cli(run_flow, tmp_path):
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     s, raw = load_settings([f"paths.artifacts={tmp_path}", "target=gpu"])
     _run(s, raw, tmp_path, "adapted")

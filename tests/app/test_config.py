@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from app.compose import GROUPS, options
 from metainfer_core.errors import MetaInferError
-from tasks.compose import GROUPS, options
 
 
 @pytest.mark.parametrize("group", GROUPS)

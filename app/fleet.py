@@ -13,9 +13,9 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.exceptions import ObjectNotFound
 
+from app.compose import load_settings
+from app.settings import RunSettings
 from metainfer_core.errors import MetaInferError
-from tasks.compose import load_settings
-from tasks.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 # flow name -> entrypoint; a deployment is <flow>/<target>, e.g. reprofile/fpga

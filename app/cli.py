@@ -10,12 +10,12 @@ import signal
 import sys
 from typing import Callable
 
+from app import progress, stores
+from app.cli_help import composed_yaml, flow_help, parse_flags, prog_name
+from app.compose import load_settings
+from app.environment import configure, startup_done, use_temporary_server, wants_debug
+from app.settings import RunSettings
 from metainfer_core.errors import MetaInferError
-from tasks.cli_help import composed_yaml, flow_help, parse_flags, prog_name
-from tasks.compose import load_settings
-from tasks.environment import configure, startup_done, use_temporary_server, wants_debug
-from tasks.settings import RunSettings
-from tasks import progress, stores
 
 
 class Terminated(BaseException):

@@ -7,8 +7,9 @@ import socket
 
 from mlflow.tracking import MlflowClient
 
-from tasks.compose import load_settings
-from tasks.tracking import experiment_name, start_run
+from app.compose import load_settings
+from app.tracking.experiments import experiment_name
+from app.tracking.runs import start_run
 
 
 def test_a_store_with_per_target_experiments_keeps_working(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from tasks.progress import Progress
+from app.progress import Progress
 
 
 class Terminal(io.StringIO):
@@ -49,7 +49,7 @@ def test_the_run_log_gets_every_line_and_counted_progress_every_tenth(monkeypatc
     # what reaches Prefect's run log (read back through the Prefect client in test_run_records.py)
     import logging
 
-    from tasks import progress
+    from app import progress
 
     sent: list[tuple[str, int]] = []
     monkeypatch.setattr(progress, "run_log", lambda msg, level=logging.INFO: sent.append((msg, level)))

@@ -13,14 +13,14 @@ import sys
 import warnings
 from pathlib import Path
 
-from tasks.settings import RunSettings
+from app.settings import RunSettings
 
 
 QUIET = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",                    # Prefect's client-side usage events (and its first-run notice)
     "PREFECT_LOGGING_LEVEL": "WARNING",
-    # the stage lines reach the flow-run page of a Prefect server named by PREFECT_API_URL (tasks/
+    # the stage lines reach the flow-run page of a Prefect server named by PREFECT_API_URL (app/
     # progress.py); not with the temporary server a run starts itself, which stops with the run: a
     # run stopped by a signal would then wait on its queued log lines
     "PREFECT_LOGGING_TO_API_ENABLED": "true" if os.environ.get("PREFECT_API_URL") else "false",
@@ -80,7 +80,7 @@ def _refuse_early(argv: list[str]) -> dict | None:
     if any(a.startswith("-") for a in argv) or wants_debug(argv):
         return None
     from metainfer_core.errors import MetaInferError
-    from tasks.compose import load_settings
+    from app.compose import load_settings
 
     try:
         return load_settings(argv)[1]
@@ -120,7 +120,7 @@ def startup_done() -> None:
 
 def _prefect_home(argv: list[str]) -> str:
     from metainfer_core.errors import MetaInferError
-    from tasks.compose import compose_raw
+    from app.compose import compose_raw
 
     overrides = [a for a in argv if not a.startswith("--")]     # flags such as --serve are no overrides
     try:
@@ -146,7 +146,7 @@ _SETTINGS = contextlib.ExitStack()
 
 def use_temporary_server(s: RunSettings, api_url: str, stack: contextlib.ExitStack) -> None:
     """Point this process and the processes it starts at the run's temporary Prefect server
-    (tasks/prefect_server.py) until `stack` closes."""
+    (app/prefect_server.py) until `stack` closes."""
     os.environ["PREFECT_API_URL"] = api_url
     _update_prefect(s.tracking.prefect_home, api_url)
     stack.callback(_SETTINGS.close)

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from app.settings import RunSettings
 from metainfer_core.errors import MetaInferError
-from tasks.settings import RunSettings
 
 LOCK_NAME = ".stores.lock"
 
@@ -148,7 +148,7 @@ def _needs_temporary_server(s: RunSettings) -> bool:
 def prepare(s: RunSettings, stack: contextlib.ExitStack) -> str | None:
     """Migrate and (embedded) start the temporary Prefect server, stopped when `stack`
     closes. Returns that server's API URL, or None when a Prefect server is configured."""
-    from tasks.prefect_server import TemporaryServer
+    from app.prefect_server import TemporaryServer
 
     artifacts = Path(s.paths.artifacts)
     server = TemporaryServer(s.tracking.prefect_home) if _needs_temporary_server(s) else None

@@ -13,8 +13,8 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from app.settings import RunSettings, validate_settings
 from metainfer_core.errors import MetaInferError
-from tasks.settings import RunSettings, validate_settings
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("model", "target", "action_space", "weights", "search", "tracking", "predictor", "deploy")
