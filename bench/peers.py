@@ -51,7 +51,7 @@ import yaml
 
 from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, PEERS
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
-from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down (mixed_precision.py too)
+from metainfer_core.actions.nncf_engine import quiet_nncf  # noqa: F401 - telemetry off, log down
 from metainfer_core.actions.ort_engine import quantize_static_qdq, quiet_quantizer
 from metainfer_core.backends.host import HostBackend
 from metainfer_core.backends.ort_backend import OrtBackend

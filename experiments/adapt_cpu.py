@@ -1,8 +1,8 @@
-"""adapt on `cpu` over the zoo and the PP-OCR models (issue 7): per model, default latency,
+"""adapt on `cpu` over the zoo and the PP-OCR models: per model, default latency,
 adapted latency and their ratio (both measured in the same verify run, interleaved), accuracy
 loss, decision, and search/compile/verify seconds, as a Markdown table.
 
-    python -m bench.adapt_cpu [extra hydra overrides, e.g. search=quick]
+    python -m experiments.adapt_cpu [extra hydra overrides, e.g. search=quick]
 """
 from __future__ import annotations
 

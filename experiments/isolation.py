@@ -1,4 +1,4 @@
-"""Which conditions of an adapt's process change a timing (issue 47)? One model's default timed
+"""Which conditions of an adapt's process change a timing? One model's default timed
 against itself (an A/A pair: verify/worker.py time_pair, verify's interleaved method) under each
 condition, the conditions in turn, repeated; each condition's median default latency against the
 same pair timed in a fresh worker process with nothing else running (verify/worker.py
@@ -15,7 +15,7 @@ Conditions:
   temporary Prefect server);
 - worker + busy process: the worker, with that process running.
 
-    python -m bench.isolation MODEL.onnx [--inputs NPZ] [--repeats N] [--leftovers K]
+    python -m experiments.isolation MODEL.onnx [--inputs NPZ] [--repeats N] [--leftovers K]
 
 Prints one table (median default ms per condition, its ratio to the worker's in the same repeat,
 median over repeats, and the A/A paired ratio) and, with --json PATH, the raw figures.
@@ -36,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 3
 LEFTOVERS = 3
-BUSY_SHARE = 0.12       # of one core: what the idle temporary Prefect server averaged (issue 47)
+BUSY_SHARE = 0.12       # of one core: what the idle temporary Prefect server averaged
 PERIOD_S = 0.05
 
 

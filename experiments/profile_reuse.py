@@ -1,8 +1,8 @@
-"""Second adapt on the same model and target re-uses the fingerprint library (issue 4): runs
+"""Second adapt on the same model and target re-uses the fingerprint library: runs
 `flows/adapt.py` twice into a fresh artifacts folder and prints both runs' profile times
 (from plan.json) and their ratio.
 
-    python -m bench.profile_reuse [target=cpu] [model=resnet_tiny]
+    python -m experiments.profile_reuse [target=cpu] [model=resnet_tiny]
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 columns that compare targets (target, plan, speed-up, latency, loss), captured in headless
 Chromium over its DevTools protocol.
 
-    python -m bench.mlflow_screenshot [--model mlp] [--targets cpu,fpga] [--out bench/images/mlflow_runs.png]
+    python -m experiments.mlflow_screenshot [--model mlp] [--targets cpu,fpga] [--out bench/images/mlflow_runs.png]
 
 Needs Debian's Chromium (`apt-get install -y chromium`) or any `chromium` / `google-chrome` on
 PATH (--chromium PATH). Not part of the test suite. The PNG is palette-quantized to stay small.

@@ -1,8 +1,8 @@
-"""Micro-benchmark vs whole-model profile on `cpu` (issue 4): the median of a Conv and of a
+"""Micro-benchmark vs whole-model profile on `cpu`: the median of a Conv and of a
 MatMul timed alone (the fingerprint library's micro-benchmark) against the same node's time
 inside a whole-model run from ONNX Runtime's profiler, measured side by side in one run.
 
-    python -m bench.microbench_vs_model
+    python -m experiments.microbench_vs_model
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """How long normalize() takes on a deep, exporter-style model (goal: under 10 s at ~1000 nodes).
 
-    python -m bench.normalize_speed [--blocks 85] [--profile]
+    python -m experiments.normalize_speed [--blocks 85] [--profile]
 
 The model is a chain of residual blocks, each spelled the way exporters leave it: Conv (no bias)
 -> BatchNormalization -> Relu -> Conv -> BatchNormalization -> Add(skip) -> Relu, a scale held in

@@ -14,7 +14,7 @@ got, one reference, plan_loss), each with its speed-up over ONNX Runtime's defau
                (on ORT) and NNCF's ONNX backend (`nncf.quantize` on the ONNX model; on ORT and on
                OpenVINO), beside meta-infer's own QDQ rewrite
 
-    python -m bench.mixed_precision [--models KEY ...] [--rounds N] [--ac-iterations N]
+    python -m experiments.mixed_precision [--models KEY ...] [--rounds N] [--ac-iterations N]
                                     [--store DIR] [--json PATH] [--skip-adapt]
 
 Models are bench/modelset.py keys (corpus keys get their real inputs as data.inputs; zoo and large
