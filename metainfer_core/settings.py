@@ -1,6 +1,6 @@
 """Typed settings of what the stages read (model, target, weights, accuracy, search, profile,
 verify, data, budget, the fingerprint library, the predictor, re-profiling), each value checked
-before any work is done. The orchestration layer extends them with its own (tasks/settings.py)
+before any work is done. The orchestration layer extends them with its own (app/settings.py)
 and validates the composed configuration there. Tests and other callers can build settings by
 hand."""
 from __future__ import annotations

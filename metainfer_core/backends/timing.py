@@ -5,7 +5,7 @@ position within a round, hit all alike. Within a round each graph first runs `se
 untimed, right before its timed run: on ONNX Runtime the first run after another graph's is a
 cold one (weights and activations evicted from the caches) and costs up to several times a
 back-to-back run, the second and third runs after a switch close to back to back
-(bench/warm_vs_cold.py; docs/decisions/2026-12-05-measured-reasons-from-docstrings.md). Cold
+(docs/decisions/2026-12-05-measured-reasons-from-docstrings.md). Cold
 runs misjudge plans: they hide most of int8's gain over fp32 and show an fp16 copy faster than
 the fp32 graph where back to back both take the same; they also disagree with warm
 micro-benchmarks. Inference serving runs back to back, so a latency here

@@ -158,7 +158,7 @@ class Plan(Record):
     calibration: dict[str, Any] | None = None
     execution_path: dict[str, Any] | None = None
     verify_remote: dict[str, Any] | None = None        # only when another host measured the plans
-    registry: dict[str, Any] | None = None             # added once the registry has the run (tasks/tracking.py)
+    registry: dict[str, Any] | None = None             # added once the registry has the run (app/tracking/registry.py)
     node_lists: str | None = None                      # the side file's name, in a plan read without it
 
     def to_dict(self) -> dict[str, Any]:

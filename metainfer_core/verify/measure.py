@@ -26,7 +26,7 @@ Outputs = list[list[np.ndarray]]         # outputs[sample][output]
 class Runner(Protocol):
     """Who measures the plans for the verify stage: `run_plans` below on this host's backend,
     `verify.worker.run_plans_isolated` in a measurement process of its own, or a runner that has
-    another host measure them (tasks/remote_verify.py: the verify mailbox, for
+    another host measure them (tasks/remote_verify_tasks.py: the verify mailbox, for
     deploy.remote_verify). Same arguments, the same figures back, one per model in order, with
     the outputs each plan produced on `feeds`: the accuracy loss is computed where the
     reference and the metric are (verify/stage.py)."""

@@ -1,5 +1,5 @@
 """timing.interleaved: the order of runs it makes (a recording fake of the Compiled interface,
-the extension point it drives); that warm runs are what verify reports is bench/warm_vs_cold.py's."""
+the extension point it drives); that warm runs are what verify reports is a measured decision (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)."""
 from __future__ import annotations
 
 import pytest

@@ -64,8 +64,8 @@ def weight_quant(w: np.ndarray, axis: int | None, qtype: str, min_scale: np.ndar
 
 # per_channel="auto": a weight keeps one scale per output channel only where its channels'
 # ranges differ by more than this (largest channel abs-max over the median one); elsewhere one
-# scale loses little and integer kernels can run faster on some models (bench/per_tensor_weights.py;
-# docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
+# scale loses little and integer kernels can run faster on some models
+# (docs/decisions/2026-12-05-measured-reasons-from-docstrings.md)
 AUTO_SPREAD = 2.0
 
 
