@@ -62,8 +62,10 @@ OVERFLOW_LOSS = 1.0
 class Sensitivity:
     def __init__(self, model: onnx.ModelProto, feeds: list[dict[str, np.ndarray]],
                  reference: list[list[np.ndarray]], ctx: ActionContext, max_probes: int = MAX_PROBES,
-                 loss_fn: Callable = plan_loss):
+                 loss_fn: Callable = plan_loss, now: Callable[[], float] = time.perf_counter):
+        """now: the clock its `seconds` are read on (the search's budget prices them)."""
         self.model, self.feeds, self.reference, self.ctx = model, feeds, reference, ctx
+        self.now = now
         self.loss_fn = loss_fn
         self.max_probes = max_probes
         self.tables: dict[tuple, dict[str, float]] = {}     # variant -> node -> sensitivity alone
@@ -99,12 +101,12 @@ class Sensitivity:
     def _parts(self, kind: str, params: dict) -> "Parts":
         key = self.variant(kind, params)
         if key not in self.parts:
-            t0 = time.perf_counter()
+            t0 = self.now()
             # a low-precision probe may overflow: a finding (self.overflows), not a library warning
             with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
                 self.parts[key] = self._measure(kind, params)
             self.tables[key] = self.parts[key].table()
-            self.seconds += time.perf_counter() - t0
+            self.seconds += self.now() - t0
         return self.parts[key]
 
     def _measure(self, kind: str, params: dict) -> "Parts":
@@ -216,10 +218,10 @@ class Sensitivity:
     def prepare(self) -> float:
         """Measure what every variant shares (the fp32 activations and their norms) now; its
         seconds, a yardstick for what a variant will cost on this graph."""
-        t0 = time.perf_counter()
+        t0 = self.now()
         with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
             self._norms()
-        spent = time.perf_counter() - t0
+        spent = self.now() - t0
         self.seconds += spent
         return spent
 

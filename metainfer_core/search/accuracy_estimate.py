@@ -39,7 +39,8 @@ class AccuracyEstimates:
         leave in the shared cache what its narrowing reads (held weakly: the cache outlives the
         search)."""
         if self.sensitivity is None or self.sensitivity.model is not model:
-            self.sensitivity = Sensitivity(model, self.feeds, self.reference, self.ctx, self.max_probes, self.loss_fn)
+            self.sensitivity = Sensitivity(model, self.feeds, self.reference, self.ctx, self.max_probes, self.loss_fn,
+                                           self.clock.now)
             self._measured = {}
             if self.paths is not None:      # graphs whose default-path outputs are known need no runs there
                 self.paths.know(model, self.reference)

@@ -70,7 +70,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     run = Expander(result, evaluator, space, ctx, budget)
     keep = 4 * max(beam_width, top_k)       # the pool keeps the best few only (graphs are large)
 
-    def report(level: int, frontier: list[Candidate], beam_size: int) -> None:
+    def report(level: int, frontier: list[Candidate], beam_size: int, pool: list[Candidate]) -> None:
         if progress:        # (level, new candidates within the bounds, best score[, beam size])
             best = min((c.score for c in pool), default=float("nan"))
             args = (level, len(frontier), best, beam_size)
@@ -88,7 +88,7 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
             break
         beam = run.ranked(frontier + stepping)[:beam_width]
         pool = _best(pool, frontier, keep)
-        report(level, frontier, len(beam))
+        report(level, frontier, len(beam), pool)
     result.skipped = len(run.skipped)
     result.top = exact_top(twins_last(pool, run.made_at), default, evaluator, top_k, result, budget.past_end)
     result.top += explored(run.best_of_kind, result.top, evaluator, explore, explore_round_ms, result, budget.past_end)
@@ -120,7 +120,7 @@ def _dive(run: Expander, default: Candidate, depth: int, pool: list[Candidate], 
             nxt = run.growable(frontier + stepping, last=level == depth)
         pool = _best(pool, frontier, keep)
         if frontier:
-            report(level, frontier, 1)
+            report(level, frontier, 1, pool)
         if budget.out_of_time():
             break
         if not nxt:

@@ -29,6 +29,7 @@ from metainfer_core.backends.base import Backend
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.timing import MIN_WARM, interleaved, runs_per_sample, settle_runs, warm_up
 from metainfer_core.ir.directives import INT8_ENGINE_KEY, PATH_KEY, model_meta
+from metainfer_core.search.clock import WALL, Clock
 
 ROUNDS = 5             # paired rounds timing one (path, graph class), where BUDGET_MS allows...
 BUDGET_MS = 3000
@@ -117,8 +118,10 @@ def unbound(model: onnx.ModelProto) -> onnx.ModelProto:
 
 class PathCosts:
     def __init__(self, backend: Backend, feeds: list[dict[str, np.ndarray]], reference, loss_fn: LossFn,
-                 rounds: int = ROUNDS):
+                 rounds: int = ROUNDS, clock: Clock = WALL):
+        """clock: what its `seconds` are read on (the search's budget prices them)."""
         self.backend, self.feeds, self.reference, self.loss_fn, self.rounds = backend, feeds, reference, loss_fn, rounds
+        self.clock = clock
         self._costs: dict[tuple[ExecutionPath, str, tuple[str, ...]], PathCost] = {}
         self._plain: dict[str, tuple] = {}     # unbound graph digest -> (compiled, its loss, ms per run)
         self._known: dict[str, list] = {}      # graph digest -> its outputs on the default path, known already
@@ -180,7 +183,7 @@ class PathCosts:
         return self._costs[key]
 
     def _measure(self, model: onnx.ModelProto) -> PathCost:
-        t0 = time.perf_counter()
+        t0 = self.clock.now()
         plain = None
         try:
             graph = unbound(model)
@@ -197,11 +200,11 @@ class PathCosts:
             # rejects were predicted several times too slow there)
             plain_ms = float(np.median(interleaved([plain], [self.feeds[0]], rounds, settle)[0])) \
                 if plain is not None else float("nan")
-            spent = time.perf_counter() - t0
+            spent = self.clock.now() - t0
             self.seconds += spent
             return PathCost(error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}",
                             seconds=spent, plain_ms=plain_ms)
-        spent = time.perf_counter() - t0
+        spent = self.clock.now() - t0
         self.seconds += spent
         ratio = float(np.median(np.asarray(there) / np.maximum(np.asarray(base), 1e-9)))
         return PathCost(ratio, max(0.0, float(added)), None, spent, float(np.median(base)))

@@ -3,7 +3,6 @@ costs) set up for this run, the adaptive switch that skips a search that cannot 
 beam search within the search's share of the budget."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -19,6 +18,7 @@ from metainfer_core.prepare.stage import Prepared
 from metainfer_core.search.anchor import FAMILY_TIMED_MS, measured_default_ms
 from metainfer_core.search.beam import SearchResult, beam_search, depth_reasons
 from metainfer_core.search.candidate import Candidate
+from metainfer_core.search.clock import WALL, Clock
 from metainfer_core.search.evaluate import Evaluator
 from metainfer_core.search.path_costs import PathCosts
 from metainfer_core.search.score import Weights
@@ -37,11 +37,11 @@ class SearchOutcome:
 
 
 def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: CostModel,
-                 progress: Progress = print, allowance_s: float | None = None) -> SearchOutcome:
+                 progress: Progress = print, allowance_s: float | None = None, clock: Clock = WALL) -> SearchOutcome:
     """allowance_s: the search's share of budget.total_s (search.time_budget_s caps it too)."""
     from metainfer_core.accuracy.metric import plan_loss
 
-    t0 = time.perf_counter()
+    t0 = clock.now()
     info = backend.info
     weights = Weights.of(s.weights)
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
@@ -52,24 +52,24 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
     memory = memory_fits(s, backend) if measured else {}
     evaluator = Evaluator(cost_model, info, weights, s.accuracy.max_loss, prepared.feeds, prepared.reference, lossy,
                           ctx=ctx, loss_fn=getattr(prepared, "loss_fn", None) or plan_loss,
-                          paths=path_costs(s, prepared, backend), anchor_ms=anchor_ms, memory=memory,
+                          paths=path_costs(s, prepared, backend, clock), anchor_ms=anchor_ms, memory=memory, clock=clock,
                           timer=(lambda m: measured_default_ms(backend, m, prepared.feeds[0], FAMILY_TIMED_MS)) if measured else None)
     default = Candidate(prepared.model)
-    t_eval = time.perf_counter()
+    t_eval = clock.now()
     evaluator.set_baseline(default)
-    t_eval = time.perf_counter() - t_eval
+    t_eval = clock.now() - t_eval
     if default.latency_ms < s.search.skip_below_ms:
         reason = (f"default plan predicted at {default.latency_ms:.3g} ms, below search.skip_below_ms="
                   f"{s.search.skip_below_ms}: the search would cost more than it can save")
         progress(f"search: skipped ({reason})")
-        return SearchOutcome(None, reason, default, time.perf_counter() - t0)
+        return SearchOutcome(None, reason, default, clock.now() - t0)
     # adaptive switch, second part: even a plan at 0 ms saves at most the default's latency on each
     # of the runs the plan will serve; skip when that cannot pay back the expected search time
     # (counted without the run's cache: a narrowing would measure here for nothing)
     n_root = sum(1 for _ in expand(default.model, s.action_space.domains(), info))
     expected_candidates = n_root * (1 + s.search.beam_width * (s.search.depth - 1))
     # what is left of the allowance after measuring the paths and the baseline
-    left = allowance_s - (time.perf_counter() - t0) if allowance_s is not None else float("inf")
+    left = allowance_s - (clock.now() - t0) if allowance_s is not None else float("inf")
     budget_s = max(1.0, min(s.search.time_budget_s, left))
     expected_search_s = min(expected_candidates * 2 * t_eval, budget_s)
     saving_s = default.latency_ms * s.search.expected_runs / 1e3
@@ -78,11 +78,11 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                   f"{s.search.expected_runs} runs even a 0 ms plan saves at most {saving_s:.3g} s, below the expected "
                   f"search cost of {expected_search_s:.3g} s ({expected_candidates} candidates at ~{2 * t_eval:.3g} s)")
         progress(f"search: skipped ({reason})")
-        return SearchOutcome(None, reason, default, time.perf_counter() - t0,
+        return SearchOutcome(None, reason, default, clock.now() - t0,
                              {"expected_search_s": expected_search_s, "possible_saving_s": saving_s})
 
     def tick(level: int, frontier: int, best: float, beam: int) -> None:
-        spent = time.perf_counter() - t0
+        spent = clock.now() - t0
         # each level expands a beam of the same width: the levels left cost about what these did
         left = min(spent / level * (s.search.depth - level), max(0.0, budget_s - spent)) if level else 0.0
         progress(f"search: depth {level}/{s.search.depth}, beam {beam}/{s.search.beam_width}, {frontier} new "
@@ -94,7 +94,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
                                                 else "search.time_budget_s") + ")")
     result = beam_search(prepared.model, s.action_space.domains(), evaluator, ctx, s.search.beam_width, s.search.depth,
                          s.search.top_k, budget_s, tick, explore=s.search.explore,
-                         explore_round_ms=EXPLORE_VERIFY_S * 1e3 / max(s.verify.runs, 1))
+                         explore_round_ms=EXPLORE_VERIFY_S * 1e3 / max(s.verify.runs, 1), clock=clock)
     best = result.top[0] if result.top else None
     findings = evaluator.sensitivity.findings() if evaluator.sensitivity is not None else []
     for f in findings:
@@ -111,7 +111,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
              + (f"; best: {' > '.join(st.kind for st in best.steps)}, {best.binding.get('device', 0)} kernels on the "
                 f"device, {len(best.binding.get('host', []))} on the host" if best else
                 f"; nothing within the hard bounds (pruned: {result.pruned})" if result.pruned else ""))
-    return SearchOutcome(result, None, result.default, time.perf_counter() - t0,
+    return SearchOutcome(result, None, result.default, clock.now() - t0,
                          {"search_timings": result.timings, "expected_search_s": expected_search_s, "warnings": findings,
                           "possible_saving_s": saving_s,
                           "anchor": {"measured_default_ms": anchor_ms, "predicted_default_ms": evaluator.predicted_default_ms,
@@ -142,7 +142,7 @@ def memory_fits(s: Settings, backend: Backend) -> dict[ExecutionPath, MemoryFit]
     return out
 
 
-def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts | None:
+def path_costs(s: Settings, prepared: Prepared, backend: Backend, clock: Clock = WALL) -> PathCosts | None:
     """The execution paths the search may bind to, measured on demand; None where the target
     offers only its default path. A runtime the action space asks for by name that the target
     does not offer is refused with one paragraph."""
@@ -161,4 +161,4 @@ def path_costs(s: Settings, prepared: Prepared, backend: Backend) -> PathCosts |
             + (f"The package(s) {absent} are not installed in this environment: install them (they are pinned in "
                "requirements.lock), " if absent else f"List them under execution_paths in conf/target/{s.target.name}.yaml, ")
             + "or drop them from action_space's binding domain.")
-    return PathCosts(backend, prepared.feeds, prepared.reference, prepared.loss_fn) if len(offered) > 1 else None
+    return PathCosts(backend, prepared.feeds, prepared.reference, prepared.loss_fn, clock=clock) if len(offered) > 1 else None
