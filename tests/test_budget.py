@@ -80,18 +80,15 @@ def test_search_tries_paths_and_precisions_before_other_rewrites(settings_for):
     """With a time budget that ends early, the beam has already scored the execution paths and
     the low-precision plans the target offers: they come first in each state's expansions."""
     from metainfer_core.backends import backend_for
-    from metainfer_core.actions import ACTIONS, ActionContext
+    from metainfer_core.actions import ACTIONS, expand
     from metainfer_core.normalize import normalize
-    from metainfer_core.search import Candidate
-    from metainfer_core.search.beam import SearchResult, expansions, in_budget_order
+    from metainfer_core.search.order import in_budget_order
     from metainfer_core.zoo import build
 
     s = settings_for("target=cpu")
     model = normalize(build("resnet_tiny"), None).model
-    ctx = ActionContext(target=backend_for(s).info, calibration_feeds=[])
-    state = Candidate(model)
     space = {name: dict(d) for name, d in s.action_space.actions.items()}
-    todo = in_budget_order(expansions(state, space, ctx, SearchResult(state, [])))
+    todo = in_budget_order(expand(model, space, backend_for(s).info, narrow=False))
     order = [a for a, _, _ in todo]
     kinds = ["directive" if a.keeps_graph(a.with_defaults(p)) else "lossy" if a.lossy else "rewrite" for a, p, _ in todo]
     assert {"directive", "lossy", "rewrite"} <= set(kinds) and "binding" in {a.name for a in order}

@@ -135,13 +135,14 @@ class Action(ABC):
     def pruned(self, params: dict[str, Any], whole: Any, view: Any) -> str | None:
         """Why this choice cannot pay, given `whole` (the scored plan of `whole(params)`, None
         when there is none) and `view` (the search's figures: `base_score`, `max_loss`,
-        `weights`, `zero_loss_score(c)`, `fastest_bound(c)`, `resolution`); None to try it."""
+        `weights`, `zero_loss_score(c)`, `fastest_bound(c, default)`, `resolution`); None to try it."""
         return None
 
     def prepare_search(self, cache: dict, estimates: Any) -> None:
         """Before a search: leave in the actions' shared `cache` what narrowing needs from the
-        search's accuracy `estimates` (`table(kind, params)`, `estimate(steps)`, `loss_of(model)`,
-        `kernel_costs()`, `max_loss`, `model`, `ctx`)."""
+        search's accuracy `estimates` (`table(kind, params)`, `estimate(steps)`,
+        `measured_loss(key, lowered)`, `known_loss(key)`, `kernel_costs()`, `max_loss`, `model`,
+        `ctx`: search/accuracy_estimate.py)."""
 
     def known_loss(self, step: "Step", estimates: Any) -> float | None:
         """A loss measured for this lone step while narrowing (it replaces the estimate), if any."""
