@@ -21,7 +21,8 @@ from twins import backend
 from graphs import conv_chain, model_of
 
 SPEC_CLASSES = {"conv_bn_fusion", "conv_merge", "transpose_cancel", "layout", "fuse_chain", "fp16", "bf16", "int8",
-                "tiling", "memory_reuse", "schedule", "binding", "int8_dynamic"}   # binding: the ninth class
+                "tiling", "memory_reuse", "schedule", "binding", "int8_dynamic",   # binding: the ninth class
+                "recurrent"}     # operator replacement: recurrences written as loops
 
 
 def test_the_action_space_covers_the_nine_classes():
