@@ -15,6 +15,21 @@ _PER_ELEMENT = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "BatchNo
                 "HardSwish": 3, "Pow": 4, "Sqrt": 2, "Div": 1, "Resize": 4}
 
 
+# recurrent operators: gates per hidden unit, element-wise ops per gate value per step (the
+# activations and the state update)
+_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+_PER_GATE = 4
+
+
+def _recurrent_flops(node: onnx.NodeProto, x: tuple, w: tuple, r: tuple) -> int:
+    """Every step's input and recurrent products (W: [dirs, gates*H, I], R: [dirs, gates*H, H])
+    plus the gates' element-wise work, over the sequence (X: [T, B, I], or [B, T, I] with layout 1)."""
+    dirs, gates, inputs = (int(d) for d in w[:3])
+    hidden = int(r[2])
+    steps_batch = int(x[0]) * int(x[1])
+    return steps_batch * dirs * gates * (2 * (inputs + hidden) + _PER_GATE)
+
+
 def attrs(node: onnx.NodeProto) -> dict:
     """Plain-python attributes (subgraphs left out)."""
     out = {}
@@ -41,6 +56,8 @@ def node_flops(node: onnx.NodeProto, infos: dict[str, TensorInfo]) -> int:
         a = ins[0].shape
         k = a[-1] if not (op == "Gemm" and attrs(node).get("transA", 0)) else a[0]
         return 2 * out0.numel * int(k)
+    if op in _GATES and len(ins) > 2 and ins[0] is not None and ins[1] is not None and ins[2] is not None:
+        return _recurrent_flops(node, ins[0].shape, ins[1].shape, ins[2].shape)
     if op in ("MaxPool", "AveragePool") and out0 is not None:
         return out0.numel * int(np.prod(attrs(node).get("kernel_shape", [1])))
     if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax") and ins[0] is not None:
