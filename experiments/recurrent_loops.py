@@ -19,7 +19,7 @@ import yaml
 
 from app.compose import CONF_DIR
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.actions.recurrent.keras_style import keras_rnn
+from metainfer_core.zoo.keras_rnn import keras_rnn
 from metainfer_core.backends import create_backend
 from metainfer_core.backends.timing import SETTLE, interleaved, warm_up
 from metainfer_core.normalize import normalize

@@ -1,5 +1,5 @@
 """The recurrent family: Keras-style recurrence loops (built the way tf2onnx writes them, at random
-weights: metainfer_core/actions/recurrent/keras_style.py) into ONNX's LSTM / GRU / RNN, checked
+weights: metainfer_core/zoo/keras_rnn.py) into ONNX's LSTM / GRU / RNN, checked
 against ONNX Runtime on the loop at several sequence lengths (RTOL/ATOL) and by onnx.checker's
 full check; and the bodies it must leave alone, each with its reason in the search's log."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from metainfer_core.actions import ACTIONS, ActionContext, expand
-from metainfer_core.actions.recurrent.keras_style import keras_rnn
+from metainfer_core.zoo.keras_rnn import keras_rnn
 from metainfer_core.normalize import normalize
 
 from action_checks import ATOL, RTOL, ops, same_numerics

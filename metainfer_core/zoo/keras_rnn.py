@@ -1,6 +1,7 @@
 """Recurrent layers built the way tf2onnx writes Keras' when it keeps the `Loop`: a loop per layer
-whose body is the cell spelt out, at random weights. The forms the recurrent family proves, for its
-tests and experiments/recurrent_loops.py; nothing in the product builds a model with them.
+whose body is the cell spelt out, at random weights. The forms the recurrent action
+(metainfer_core/actions/recurrent/) proves, for its tests and experiments/recurrent_loops.py; not
+among the zoo's names().
 
 - The outer graph, as Keras' `backend.rnn` has it: the batch-major input transposed to time-major
   (or, `gather_axis=1`, read per step along axis 1), the trip count read off its shape, zero
