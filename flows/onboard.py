@@ -31,7 +31,8 @@ def onboard_flow(raw: dict) -> tuple[str, list[onboard.Item]]:
     ops = onboard.frequent_ops(models)
     minimal = onboard.minimal_model()
     items = [versions_task(raw), capabilities_task(raw, models, ops), microbench_task(raw, models, ops),
-             *minimal_model_task(raw, minimal), execution_paths_task(raw, minimal), concurrency_task(raw, minimal)]
+             *minimal_model_task(raw, minimal), execution_paths_task(raw, minimal),
+             concurrency_task(raw, onboard.representative_model())]
     folder = s.artifacts / "onboard"
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{s.target.name}-{time.strftime('%Y%m%d-%H%M%S')}"

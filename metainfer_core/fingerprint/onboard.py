@@ -1,11 +1,10 @@
 """New-hardware onboarding checklist (SPEC section 3): supported ops, dtypes and quantization;
 micro-benchmarks of the zoo's 20 most frequent ops over a shape gradient; one minimal model end
-to end; peak memory within the device limit; 1, 2 and 4 concurrent instances; firmware and
+to end; peak memory within the device limit; 1..N concurrent instances of a representative model
+(up to the cores; throughput must not fall as instances are added); firmware and
 driver recorded. Each item passes or fails with a one-line detail."""
 from __future__ import annotations
 
-import threading
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -15,7 +14,7 @@ import onnx
 from metainfer_core import zoo
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
 from metainfer_core.backends import Backend
-from metainfer_core.fingerprint import FingerprintLibrary
+from metainfer_core.fingerprint import FingerprintLibrary, concurrency
 from metainfer_core.fingerprint.profiler import kernel_model, profile
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.tensors import random_feeds, tensor_infos
@@ -23,7 +22,6 @@ from metainfer_core.normalize import normalize
 
 TOP_OPS = 20
 MINIMAL_MODEL = "minimal_mlp"
-CONCURRENCY = (1, 2, 4)
 
 
 @dataclass
@@ -115,33 +113,17 @@ def check_minimal_model(backend: Backend, model: onnx.ModelProto, runs: int = 20
     return e2e, mem
 
 
-def check_concurrency(backend: Backend, model: onnx.ModelProto, runs: int = 20) -> Item:
-    """Throughput and latency with 1, 2 and 4 instances. Measured targets run real threads;
-    a modeled device executes one kernel at a time, so n instances share it (latency x n)."""
-    feeds = random_feeds(model)
-    rows = {}
-    for n in CONCURRENCY:
-        compiled = [backend.compile(model) for _ in range(n)]
-        if backend.info.measurement == "modeled":
-            lat = [c.time_once(feeds) * n for c in compiled for _ in range(runs)]
-            wall_s = sum(lat) / 1e3 / n
-        else:
-            lat = []
-            lock = threading.Lock()
+def representative_model() -> onnx.ModelProto:
+    """A model a service would run (a small residual CNN of the zoo), for the concurrency item."""
+    return normalize(zoo.build("resnet_tiny"), None).model
 
-            def work(c):
-                mine = [c.time_once(feeds) for _ in range(runs)]
-                with lock:
-                    lat.extend(mine)
 
-            threads = [threading.Thread(target=work, args=(c,)) for c in compiled]
-            t0 = time.perf_counter()
-            [t.start() for t in threads]
-            [t.join() for t in threads]
-            wall_s = time.perf_counter() - t0
-        rows[n] = {"throughput_per_s": n * runs / wall_s, "median_latency_ms": float(np.median(lat))}
-    detail = ", ".join(f"{n}x: {r['throughput_per_s']:.0f}/s at {r['median_latency_ms']:.3g} ms" for n, r in rows.items())
-    return Item("concurrency", all(r["throughput_per_s"] > 0 for r in rows.values()), detail, {str(k): v for k, v in rows.items()})
+def check_concurrency(backend: Backend, model: onnx.ModelProto, duration_s: float = concurrency.DURATION_S) -> Item:
+    """Throughput, latency percentiles, scaling efficiency and power with 1..N instances
+    (fingerprint/concurrency.py); fails where adding instances loses throughput."""
+    rows = [concurrency.measure(backend, model, n, duration_s) for n in concurrency.instance_counts(backend)]
+    passed, detail = concurrency.verdict(rows)
+    return Item("concurrency", passed, detail, {str(r["instances"]): r for r in rows})
 
 
 def check_execution_paths(backend: Backend, model: onnx.ModelProto, runs: int = 10,
