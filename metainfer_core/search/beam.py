@@ -63,9 +63,10 @@ def beam_search(default_model: onnx.ModelProto, space: dict[str, dict[str, Any]]
     even when ranked below the default; explore_round_ms: what the explored plans may add to one
     verify round, at their predicted latencies. clock: the budget's (a fake one in tests)."""
     default = Candidate(default_model)
-    budget = Budget(clock, time_budget_s, any(ACTIONS[a].lossy for a in space), {})
+    lossy = any(ACTIONS[a].lossy for a in space)
+    budget = Budget(clock, time_budget_s, lossy)
     evaluator.set_baseline(default)
-    budget.fresh_s = evaluator.fresh_cost_prior_s(any(ACTIONS[a].lossy for a in space))
+    budget.fresh_s = evaluator.fresh_cost_prior_s(lossy)        # priced once the default is scored
     result = SearchResult(default=default, top=[], depth=depth)
     run = Expander(result, evaluator, space, ctx, budget)
     keep = 4 * max(beam_width, top_k)       # the pool keeps the best few only (graphs are large)

@@ -97,12 +97,8 @@ def lstm(scope: Scope, x: str, states: list[str], outs: dict[str, str]) -> Cell:
     h = next((s for s in states if kinds[s] == "Mul"), None)
     if c is None or h is None:
         raise Refused("the two states are not an LSTM's (h' = o·tanh(c'), c' = f·c + i·g)")
-    add = scope.node(outs[c], "Add")
-    fc, ig = (_mul(scope, t, "a term of the cell state's update") for t in add.input)
-    if c not in operands(scope, fc):
-        fc, ig = ig, fc
-    if c not in operands(scope, fc):
-        raise Refused("the cell state's update does not read the previous cell state (f·c + i·g)")
+    fc, ig = _split_on(scope, scope.node(outs[c], "Add"), c, "a term of the cell state's update",
+                       "the cell state's update does not read the previous cell state (f·c + i·g)")
     a, b = operands(scope, fc)
     f_act, f = _gate(scope, b if a == c else a, x, h, "the forget gate")
     i_name, g_name = _pick(scope, operands(scope, ig), f_act)
@@ -126,12 +122,8 @@ def lstm(scope: Scope, x: str, states: list[str], outs: dict[str, str]) -> Cell:
 
 
 def gru(scope: Scope, x: str, h: str, h_out: str) -> Cell:
-    add = scope.node(h_out, "Add")
-    zh, rest = (_mul(scope, t, "a term of the new state") for t in add.input)
-    if h not in operands(scope, zh):
-        zh, rest = rest, zh
-    if h not in operands(scope, zh):
-        raise Refused("the new state does not read the old one (h' = z·h + (1 - z)·hh)")
+    zh, rest = _split_on(scope, scope.node(h_out, "Add"), h, "a term of the new state",
+                         "the new state does not read the old one (h' = z·h + (1 - z)·hh)")
     a, b = operands(scope, zh)
     z_name = b if a == h else a
     hh_name = None
@@ -203,6 +195,16 @@ def match_cell(scope: Scope, x: str, states: list[str], outs: dict[str, str]) ->
     if p is not None and p.op_type == "Add":
         return gru(scope, x, h, outs[h])
     return rnn(scope, x, h, outs[h])
+
+
+def _split_on(scope: Scope, add, state: str, what: str, refusal: str):
+    """The two products an Add sums: (the one reading `state`, the other)."""
+    first, second = (_mul(scope, t, what) for t in add.input)
+    if state not in operands(scope, first):
+        first, second = second, first
+    if state not in operands(scope, first):
+        raise Refused(refusal)
+    return first, second
 
 
 def _hidden(gates, x: str, h: str) -> int:

@@ -15,25 +15,27 @@ if TYPE_CHECKING:
 
 _FRAMEWORK = ("base", "registry")       # this package's modules that declare no runtime
 _RUNTIMES: dict[str, Runtime] = {}
-_ordered: list[tuple[Runtime, ...]] = []   # runtimes() once computed: paths ask it for every default-path test
+_ordered: tuple[Runtime, ...] | None = None   # runtimes() once computed: paths ask it for every default-path test
 _lock = threading.RLock()               # path costs are measured from worker threads
 _discovered = False
 
 
 def register(cls: type[Runtime]) -> type[Runtime]:
     """Class decorator: one instance of `cls` answers for its `name` from now on."""
+    global _ordered
     runtime = cls()
     known = _RUNTIMES.get(runtime.name)
     if known is not None and _where(type(known)) != _where(cls):
         raise ValueError(f"runtime {runtime.name!r} is declared twice: {_where(type(known))} and {_where(cls)}")
     _RUNTIMES[runtime.name] = runtime
-    _ordered.clear()
+    _ordered = None
     return cls
 
 
 def unregister(name: str) -> None:
+    global _ordered
     _RUNTIMES.pop(name, None)
-    _ordered.clear()
+    _ordered = None
 
 
 def _where(cls: type) -> str:
@@ -69,10 +71,11 @@ def runtime_of(name: str) -> Runtime:
 
 def runtimes() -> tuple[Runtime, ...]:
     """Every declared runtime, the default first, then by name."""
+    global _ordered
     _discover()
-    if not _ordered:
-        _ordered.append(tuple(sorted(_RUNTIMES.values(), key=lambda r: (not r.default, r.name))))
-    return _ordered[0]
+    if _ordered is None:
+        _ordered = tuple(sorted(_RUNTIMES.values(), key=lambda r: (not r.default, r.name)))
+    return _ordered
 
 
 def runtime_names() -> tuple[str, ...]:
