@@ -106,6 +106,8 @@ def main(argv: list[str]) -> int:
                 print(report.clean_table([r])[2], file=sys.stderr, flush=True)
             if r.get("twice"):
                 print(report.twice_table([r])[2], file=sys.stderr, flush=True)
+            if json_path is not None:       # after each model: a run cut short keeps what it measured
+                json_path.write_text(json.dumps(rows, indent=1, default=str))
             if r.get("error"):
                 print(f"  {e.key} failed: {r['error']}", file=sys.stderr, flush=True)
             elif with_peers:

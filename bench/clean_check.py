@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-ROUNDS = 300          # alternating timed rounds (each graph once per round)
+ROUNDS = 300          # alternating timed rounds (each graph once per round), all processes together
+PROCESSES = 5         # fresh processes, one after another, each timing ROUNDS / PROCESSES; pooled
 MAX_S = 90.0          # ...but no round begun past this many seconds of timing (a slow model), once
 MIN_ROUNDS = 30       # ...this many are done
 WARM_RUNS, WARM_S = 20, 0.3     # warm-up per graph: at least this many runs and this long
@@ -164,19 +165,23 @@ def claims(plan: dict) -> dict[str, Any]:
             "claimed_speedup": b / m if b and m else None}
 
 
-def figures(plan: dict, child: dict) -> dict[str, Any]:
-    """The clean figures of the child's samples against plan.json's claims."""
+def figures(plan: dict, children: list[dict]) -> dict[str, Any]:
+    """The clean figures of the children's samples, pooled, against plan.json's claims; each
+    child's own speed-up (default median / plan median) in `process_speedups`."""
     import numpy as np
 
     from metainfer_core.decide.noise import ratio_bounds     # the decision's own statistic
 
     out = claims(plan)
-    d, p = child["default_samples_ms"], child["plan_samples_ms"]
+    d = [x for c in children for x in c["default_samples_ms"]]
+    p = [x for c in children for x in c["plan_samples_ms"]]
     default_ms, plan_ms = float(np.median(d)), float(np.median(p))
     ratio, low, high = ratio_bounds(d, p)
     speedup = default_ms / plan_ms
     out |= {"default_ms": default_ms, "plan_ms": plan_ms, "speedup": speedup, "paired_ratio": ratio,
-            "ratio_low": low, "ratio_high": high, "rounds": child["rounds"]}
+            "ratio_low": low, "ratio_high": high, "rounds": len(d),
+            "process_speedups": [float(np.median(c["default_samples_ms"]) / np.median(c["plan_samples_ms"]))
+                                 for c in children]}
     claimed_default = out["claimed_default_ms"]
     out["default_error"] = claimed_default / default_ms - 1 if claimed_default else None
     out["default_holds"] = out["default_error"] is not None and abs(out["default_error"]) <= DEFAULT_WITHIN
@@ -189,14 +194,18 @@ def figures(plan: dict, child: dict) -> dict[str, Any]:
 
 
 def clean_check(run_folder: str | Path, rounds: int = ROUNDS, feeds=None, seed: int = 0, max_s: float = MAX_S,
-                timeout: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+                timeout: float = CHILD_TIMEOUT_S, processes: int = PROCESSES) -> dict[str, Any]:
     """The clean check of one run folder (see the module docstring): {decision, adopted,
     execution_path, actions, accuracy_loss, lossy, claimed_default_ms, claimed_plan_ms,
     claimed_speedup, default_ms, plan_ms (medians), speedup (default_ms / plan_ms), paired_ratio
     (median per-round plan / default), ratio_low / ratio_high (its bootstrap 5 / 95 % bounds),
     rounds, default_error (claimed_default_ms / default_ms - 1), default_holds (within 10 %),
     holds (an adopted plan's clean speed-up within 3 % of the claim; None otherwise), lossy_ok (a
-    lossy adopted plan's clean speed-up >= 1.03x; None otherwise), child: {pid, ...}}.
+    lossy adopted plan's clean speed-up >= 1.03x; None otherwise), process_speedups (each fresh
+    process's own), child: {pid, ...} (the first process's; `children` all of them)}. The
+    figures pool `processes` fresh processes run one after another (`rounds` and `max_s` split
+    between them): one process's speed-up lands a few % from the next one's, and the claim is
+    judged against what a deployment meets on average; each one's is shown beside it.
     `feeds`: a feed dict, a list of them or a data.inputs .npz (its first sample); None: adapt's
     seeded random input. Never raises: a failure is an `error` field beside what plan.json says."""
     folder = Path(run_folder)
@@ -211,22 +220,26 @@ def clean_check(run_folder: str | Path, rounds: int = ROUNDS, feeds=None, seed: 
 
         feed = first_feed(folder, feeds, seed)
         settings = default_settings(plan)
+        children = []
         with tempfile.TemporaryDirectory(prefix="metainfer-clean-") as tmp:
             npz = Path(tmp) / "feed.npz"
             np.savez(npz, **feed)
             cmd = [sys.executable, "-m", "bench.clean_check", "--child", "--run", str(folder.resolve()),
-                   "--feeds", str(npz), "--settings", json.dumps(settings), "--rounds", str(int(rounds)),
-                   "--max-s", str(float(max_s))]
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-        if not lines:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-            return out | {"error": f"the child exited {proc.returncode} without a result: {' / '.join(tail)}"}
-        child = json.loads(lines[-1])
-        if child.get("error"):
-            return out | {"error": child["error"], "child": child}
-        out |= figures(plan, child)
-        out["child"] = {k: v for k, v in child.items() if not k.endswith("_samples_ms")}
+                   "--feeds", str(npz), "--settings", json.dumps(settings),
+                   "--rounds", str(max(int(rounds) // processes, 1)), "--max-s", str(float(max_s) / processes)]
+            for _ in range(max(processes, 1)):
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+                if not lines:
+                    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+                    return out | {"error": f"the child exited {proc.returncode} without a result: {' / '.join(tail)}"}
+                child = json.loads(lines[-1])
+                if child.get("error"):
+                    return out | {"error": child["error"], "child": child}
+                children.append(child)
+        out |= figures(plan, children)
+        out["children"] = [{k: v for k, v in c.items() if not k.endswith("_samples_ms")} for c in children]
+        out["child"] = out["children"][0]
         out["parent_pid"] = os.getpid()
         return out
     except subprocess.TimeoutExpired:
@@ -296,13 +309,15 @@ def describe(r: dict) -> str:
     lines += [f"fresh process:     pid {c.get('pid')} (parent {r.get('parent_pid')}), {c.get('modules')} modules, "
               f"heavy ones loaded: {', '.join(c.get('heavy_modules') or []) or 'none'}; default settings "
               f"{c.get('default_settings')}",
-              f"timing:            {r.get('rounds')} alternating rounds in {c.get('timing_s', 0):.1f} s after "
-              f"{c.get('warm_runs')} warm-up runs",
+              f"timing:            {r.get('rounds')} alternating rounds in {len(r.get('children') or [c])} "
+              f"process(es), {sum(k.get('timing_s', 0) for k in r.get('children') or [c]):.1f} s, each after "
+              f"{c.get('warm_runs')} warm-up runs or so",
               f"default:           clean {ms(r.get('default_ms'))}, plan.json {ms(r.get('claimed_default_ms'))} "
               f"(error {'–' if r.get('default_error') is None else format(r['default_error'], '+.1%')}, within "
               f"{DEFAULT_WITHIN:.0%}: {yn(r.get('default_holds'))})",
               f"plan:              clean {ms(r.get('plan_ms'))}, plan.json {ms(r.get('claimed_plan_ms'))}",
-              f"speed-up:          clean {x(r.get('speedup'))}, claimed {x(r.get('claimed_speedup'))}; paired ratio "
+              f"speed-up:          clean {x(r.get('speedup'))} (each process: "
+              f"{', '.join(x(v) for v in r.get('process_speedups') or [])}), claimed {x(r.get('claimed_speedup'))}; paired ratio "
               f"plan/default {r.get('paired_ratio', 0):.3f} [{r.get('ratio_low', 0):.3f}, {r.get('ratio_high', 0):.3f}]",
               f"holds within {HOLDS:.0%}:   {yn(r.get('holds'))}"
               + ("" if r.get("adopted") else " (the default was kept: no claim to check)")]
@@ -319,12 +334,13 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.clean_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_folder", type=Path)
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--processes", type=int, default=PROCESSES, help="fresh processes pooled, one after another")
     ap.add_argument("--max-s", type=float, default=MAX_S, help="timing stops past this (once 30 rounds ran)")
     ap.add_argument("--inputs", type=Path, default=None, help="the run's data.inputs .npz (default: random inputs)")
     ap.add_argument("--seed", type=int, default=0, help="the run's seed (random inputs)")
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
     a = ap.parse_args(argv)
-    r = clean_check(a.run_folder, a.rounds, a.inputs, a.seed, a.max_s)
+    r = clean_check(a.run_folder, a.rounds, a.inputs, a.seed, a.max_s, processes=a.processes)
     print(json.dumps(r, indent=1) if a.json else describe(r))
     return 1 if r.get("error") else 0
 

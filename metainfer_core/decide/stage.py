@@ -53,6 +53,7 @@ class Decision:
     basis: str = ""          # why the chosen plan pays: faster | memory | fit (the default does not fit)
     confirmations: list[Confirmation] = field(default_factory=list)   # the chosen plan's, and those that failed
     across: AcrossRange | None = None    # the chosen plan confirmed at the shape range's points
+    default_alone: Confirmation | None = None   # the default kept: timed alone (its clean latency)
 
 
 def decide(baseline: Verified, candidates: list[Verified], max_loss: float, memory_limit: int,
@@ -196,9 +197,22 @@ def decide_stage(s: Settings, backend: Backend, outcome: SearchOutcome, verified
     is timed, None: no confirmation, as on a modeled target). A plan that does not pass its
     confirmation is set aside and decide() runs again, up to MAX_CONFIRMATIONS plans. `points`:
     the shape range's other points (each with one input at its shapes, its weight in the verdict);
-    the plan is confirmed at each too (decide/range_check.py) and set aside where it loses."""
+    the plan is confirmed at each too (decide/range_check.py) and set aside where it loses. Where
+    the default is kept, its latency alone is taken from a confirmation's default or, with none,
+    from timing it alone beside itself (`default_alone`): plan.json's figure is then as clean as
+    an adopted plan's."""
     if outcome.skipped_reason:
         return Decision("skipped", outcome.skipped_reason, None), None
+    d, chosen = _decided(s, backend, outcome, verified, default, feed, timer, points)
+    if d.chosen is None and timer is not None and default is not None and feed is not None and verified.baseline.ok:
+        d.default_alone = next((c for c in reversed(d.confirmations) if not c.error), None) \
+            or confirm(timer, backend, default, default, feed, "default", "kept")
+    return d, chosen
+
+
+def _decided(s: Settings, backend: Backend, outcome: SearchOutcome, verified: VerifyOutcome,
+             default: onnx.ModelProto | None, feed: dict | None, timer: PairTimer | None,
+             points: list[tuple[Point, dict]]) -> tuple[Decision, Candidate | None]:
     if not verified.plans:
         default, limit = outcome.default, backend.info.memory_limit_bytes
         if outcome.result and outcome.result.pruned.get("memory") and default.peak_mem_bytes > limit:

@@ -194,6 +194,9 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
     if confirmed is not None:   # the figures of the plan and the default timed alone together
         baseline = baseline | {"latency_ms": confirmed.default_ms, "p90_ms": confirmed.p90_default_ms}
         chosen_v = chosen_v | {"latency_ms": confirmed.plan_ms, "p90_ms": confirmed.p90_plan_ms}
+    alone = decision.default_alone
+    if baseline is not None and chosen_v is None and alone is not None and not alone.error:
+        baseline = baseline | {"latency_ms": alone.default_ms, "p90_ms": alone.p90_default_ms}
     pred_source = chosen if chosen is not None else outcome.default
     plan = {
         "schema": PLAN_SCHEMA,
@@ -230,6 +233,7 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
             for c, v in zip(verified.plans, verified.candidates)] if verified else [],
         "accuracy_repairs": verified.repairs if verified else [],
         "confirmations": [c.as_dict() for c in decision.confirmations],
+        "default_alone": decision.default_alone.as_dict() if decision.default_alone is not None else None,
         "warnings": [f"accuracy: {w}" for w in prepared.warnings]
                     + ([f"reference outputs {prepared.degenerate} are near-constant on the validation inputs: accuracy "
                       "figures for them mean little; give real inputs with data.inputs=<file.npz>"]

@@ -125,13 +125,23 @@ def _confirmed(plan: dict) -> dict | None:
 def latency_note(plan: dict) -> str:
     """Where the latency figures of the default vs chosen table come from."""
     c = _confirmed(plan)
-    if c is None:
+    alone = plan.get("default_alone") or {}
+    if c is None and (plan.get("decision") == "adapted" or not alone or alone.get("error")):
         return "Latencies: verify's interleaved rounds."
-    where = "in a process of its own" if c.get("isolated") else "in the adapt's process"
-    return (f"Latencies: the default and the chosen plan timed alone together {where}, {c.get('rounds')} "
+    if c is None:
+        return (f"Latency: the default timed alone {_where(alone)}, {alone.get('rounds')} rounds; verify's round "
+                "figures are in the candidates table.")
+    return (f"Latencies: the default and the chosen plan timed alone together {_where(c)}, {c.get('rounds')} "
             f"alternating rounds (paired ratio {c.get('ratio', float('nan')):.3f}, 95% bounds "
             f"{c.get('ratio_low', float('nan')):.3f}-{c.get('ratio_high', float('nan')):.3f}); verify's round "
             "figures are in the candidates table.")
+
+
+def _where(c: dict) -> str:
+    if not c.get("isolated"):
+        return "in the adapt's process"
+    n = len(c.get("process_speedups") or [])
+    return f"in {n} fresh processes, pooled" if n > 1 else "in a process of its own"
 
 
 STAGES = ("normalize", "profile", "train", "search", "verify", "confirm", "compile", "total")

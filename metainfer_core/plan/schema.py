@@ -148,6 +148,7 @@ class Plan(Record):
     accuracy_repairs: list[Any] = []
     # the plans decide would adopt, each timed alone with the default (decide/confirm.py), in turn
     confirmations: list[dict[str, Any]] = []
+    default_alone: dict[str, Any] | None = None
     warnings: list[str] = []
     profile: ProfileRecord | None = None
     search: SearchRecord | None = None

@@ -31,10 +31,11 @@ from metainfer_core.verify.measure import VerifyResult, run_plans
 
 Feed = dict[str, np.ndarray]
 
-CONFIRM_TIMED_S = 3.0     # a confirmation's timed rounds aim at about this long...
-CONFIRM_MIN_ROUNDS = 30   # ...never fewer rounds (the bootstrap bound of the median ratio needs them)...
-CONFIRM_MAX_ROUNDS = 300  # ...nor more
-CONFIRM_MAX_S = 60.0      # a slow model gets fewer than CONFIRM_MIN_ROUNDS (never under 10) past this
+CONFIRM_PROCESSES = 5     # a confirmation pools this many fresh processes, one after another...
+CONFIRM_TIMED_S = 1.0     # ...each timing rounds for about this long...
+CONFIRM_MIN_ROUNDS = 12   # ...never fewer rounds each (60 pooled: the bootstrap bound of the median ratio needs them)...
+CONFIRM_MAX_ROUNDS = 100  # ...nor more
+CONFIRM_MAX_S = 60.0      # a slow model gets fewer than CONFIRM_MIN_ROUNDS (never under 10) past this, all processes together
 
 
 def recipe(backend: Backend) -> tuple | None:
@@ -101,12 +102,28 @@ def run_plans_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto
 
 @dataclass
 class PairTiming:
-    """The default and one plan timed alone together: per-round samples (ms), paired."""
+    """The default and one plan timed alone together: per-round samples (ms), paired; pooled over
+    `processes` fresh processes (each one's median paired ratio plan / default in `process_ratios`)."""
     default_ms: list[float] = field(default_factory=list)
     plan_ms: list[float] = field(default_factory=list)
     seconds: float = 0.0
     isolated: bool = True
     error: str | None = None
+    process_ratios: list[float] = field(default_factory=list)
+
+    @staticmethod
+    def pooled(parts: list[PairTiming]) -> PairTiming:
+        """One timing of several processes' rounds (the first error, if any, ends it)."""
+        out = PairTiming(isolated=all(p.isolated for p in parts))
+        for p in parts:
+            out.seconds += p.seconds
+            if p.error:
+                out.error = p.error
+                break
+            out.default_ms += p.default_ms
+            out.plan_ms += p.plan_ms
+            out.process_ratios += p.process_ratios or [float(np.median(np.asarray(p.plan_ms) / np.asarray(p.default_ms)))]
+        return out
 
 
 def time_pair(backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto, feed: Feed,
@@ -132,16 +149,26 @@ def time_pair(backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto,
 
 
 def time_pair_isolated(backend: Backend, default: onnx.ModelProto, plan: onnx.ModelProto, feed: Feed,
-                       max_s: float = CONFIRM_MAX_S) -> PairTiming:
-    """time_pair() in a worker process holding only those two plans (here where it cannot be)."""
+                       max_s: float = CONFIRM_MAX_S, processes: int = CONFIRM_PROCESSES) -> PairTiming:
+    """time_pair() in `processes` worker processes, one after another, each holding only those two
+    plans, pooled (here, once, where the backend cannot be rebuilt). Several processes because one
+    process's ratio lands a few % from the next one's (where its buffers fell, what the machine
+    did meanwhile): pooled, the figure is the one a deployment meets on average, not one draw
+    (docs/decisions/2026-12-06-pooled-confirmation.md)."""
     r = recipe(backend)
     if r is None:
         return PairTiming(**{**time_pair(backend, default, plan, feed, max_s).__dict__, "isolated": False})
-    try:
-        return _call({"job": "pair", "backend": r, "default": default.SerializeToString(),
-                      "plan": plan.SerializeToString(), "feed": feed, "max_s": max_s})
-    except MetaInferError as exc:
-        return PairTiming(error=str(exc), isolated=True)
+    job = {"job": "pair", "backend": r, "default": default.SerializeToString(), "plan": plan.SerializeToString(),
+           "feed": feed, "max_s": max_s / processes}
+    parts = []
+    for _ in range(processes):
+        try:
+            parts.append(_call(job))
+        except MetaInferError as exc:
+            parts.append(PairTiming(error=str(exc), isolated=True))
+        if parts[-1].error:
+            break
+    return PairTiming.pooled(parts)
 
 
 def _serve(job: dict) -> object:

@@ -39,21 +39,30 @@ def test_default_settings_come_from_the_targets_driver():
 
 def test_figures_judge_the_clean_samples_against_the_claim():
     child = {"default_samples_ms": [2.0, 2.1, 1.9] * 20, "plan_samples_ms": [1.0, 1.05, 0.95] * 20, "rounds": 60}
-    f = clean_check.figures(_plan(base=2.1, meas=1.0, loss=5e-4), child)
+    f = clean_check.figures(_plan(base=2.1, meas=1.0, loss=5e-4), [child])
     assert f["default_ms"] == 2.0 and f["plan_ms"] == 1.0 and f["speedup"] == 2.0
     assert f["claimed_speedup"] == pytest.approx(2.1)
     assert f["holds"] is False                        # 2.0 / 2.1 - 1 = -4.8 %
     assert f["lossy"] and f["lossy_ok"] is True       # lossy, but 2x clean
     assert f["default_error"] == pytest.approx(0.05) and f["default_holds"]
     assert f["ratio_low"] <= f["paired_ratio"] <= f["ratio_high"]
-    assert clean_check.figures(_plan(base=2.02, meas=1.0), child)["holds"] is True
+    assert clean_check.figures(_plan(base=2.02, meas=1.0), [child])["holds"] is True
     same = {"default_samples_ms": [1.0] * 30, "plan_samples_ms": [1.02] * 30, "rounds": 30}
-    kept = clean_check.figures(_plan("rolled_back", base=1.5, meas=1.5), same)
+    kept = clean_check.figures(_plan("rolled_back", base=1.5, meas=1.5), [same])
     assert kept["holds"] is None and kept["lossy_ok"] is None and not kept["adopted"]
     assert kept["default_error"] == pytest.approx(0.5) and not kept["default_holds"]
     slow = clean_check.figures(_plan(base=1.0, meas=0.97, loss=1e-3),
-                               {"default_samples_ms": [1.0] * 30, "plan_samples_ms": [0.99] * 30, "rounds": 30})
+                               [{"default_samples_ms": [1.0] * 30, "plan_samples_ms": [0.99] * 30, "rounds": 30}])
     assert slow["lossy"] and slow["lossy_ok"] is False
+
+
+def test_processes_are_pooled_and_each_ones_speedup_is_kept():
+    fast = {"default_samples_ms": [2.0] * 30, "plan_samples_ms": [0.96] * 30}
+    slow = {"default_samples_ms": [2.0] * 70, "plan_samples_ms": [1.04] * 70}
+    f = clean_check.figures(_plan(base=2.0, meas=1.0), [fast, slow, fast])
+    assert f["rounds"] == 130
+    assert f["process_speedups"] == pytest.approx([2.0 / 0.96, 2.0 / 1.04, 2.0 / 0.96])
+    assert f["plan_ms"] == 1.04 and f["holds"] is False     # the pooled median, not one process's draw
 
 
 def test_two_adapts_agree_on_the_same_plan_or_both_keeping_the_default():
@@ -143,12 +152,13 @@ def test_a_real_run_folder_is_checked_in_a_fresh_process(run_flow, migrated, tmp
     r = run_flow("adapt", *FAST, f"paths.artifacts={tmp_path}", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     folder, plan = r.plan_path.parent, r.plan
-    c = clean_check.clean_check(folder, rounds=40)
+    c = clean_check.clean_check(folder, rounds=40, processes=2)
     assert "error" not in c, c
     assert all(math.isfinite(c[k]) and c[k] > 0 for k in ("default_ms", "plan_ms", "speedup"))
     assert c["claimed_speedup"] == pytest.approx(plan["baseline"]["latency_ms"] / plan["measured"]["latency_ms"])
     assert c["claimed_default_ms"] == plan["baseline"]["latency_ms"] and c["decision"] == plan["decision"]
     assert c["rounds"] == 40 and c["ratio_low"] <= c["paired_ratio"] <= c["ratio_high"]
+    assert len(c["process_speedups"]) == 2 and len({k["pid"] for k in c["children"]}) == 2
     child = c["child"]
     assert child["pid"] != os.getpid() and c["parent_pid"] == os.getpid()     # a process of its own ran it
     heavy = {"prefect", "hydra", "mlflow", "bench", "tasks", "app"}

@@ -20,7 +20,8 @@ from metainfer_core.search.candidate import Candidate
 from metainfer_core.search.stage import SearchOutcome
 from metainfer_core.verify import Verified
 from metainfer_core.verify.stage import VerifyOutcome
-from metainfer_core.verify.worker import _call, recipe, run_plans_isolated, time_pair_isolated
+from metainfer_core.verify.worker import (CONFIRM_MIN_ROUNDS, CONFIRM_PROCESSES, _call, recipe, run_plans_isolated,
+                                          time_pair_isolated)
 
 
 def _chain(layers: int, width: int = 384) -> onnx.ModelProto:
@@ -64,7 +65,9 @@ def test_only_a_plan_that_pays_alone_with_the_default_is_adopted(settings_for, p
 
     decision, chosen = decide_stage(s, backend, search, verified, default_model, feed, time_pair_isolated)
     c = decision.confirmations[0]
-    assert c.isolated and c.error is None and c.rounds >= 30
+    assert c.isolated and c.error is None and c.rounds >= CONFIRM_PROCESSES * CONFIRM_MIN_ROUNDS
+    assert len(c.process_speedups) == CONFIRM_PROCESSES         # pooled over fresh processes, each one's shown
+    assert f"in {CONFIRM_PROCESSES} processes" in c.words()
     if adopted:      # a seventh of the work: confirmed well past the noise bound
         assert decision.decision == "adapted" and chosen is verified.plans[0]
         assert c.pays and c.ratio_high < 0.97 and c.plan_ms < c.default_ms
@@ -74,6 +77,21 @@ def test_only_a_plan_that_pays_alone_with_the_default_is_adopted(settings_for, p
         assert 0.9 < c.ratio < 1.1
         assert "paid in verify's rounds" in decision.verdicts["candidate1"]
         assert "not when timed alone with the default" in decision.verdicts["candidate1"]
+        assert decision.default_alone is c      # the default kept: its clean latency is the confirmation's
+
+
+def test_a_default_kept_with_nothing_confirmed_is_timed_alone_beside_itself(settings_for):
+    s = settings_for("target=cpu")
+    backend = backend_for(s)
+    default_model = _chain(4)
+    feed = random_feeds(default_model, seed=0)
+    search, verified = _outcomes(default_model, _chain(4), claimed_speedup=1.0)   # pays nowhere: nothing to confirm
+
+    decision, _ = decide_stage(s, backend, search, verified, default_model, feed, time_pair_isolated)
+    alone = decision.default_alone
+    assert decision.decision == "rolled_back" and decision.confirmations == []
+    assert alone is not None and alone.isolated and alone.error is None and alone.label == "default"
+    assert 0.9 < alone.ratio < 1.1 and alone.default_ms > 0       # an A/A pair: the default against itself
 
 
 def test_without_a_timer_the_decision_is_verifys(settings_for):

@@ -200,6 +200,9 @@ def test_held_out_and_calibration_losses_and_the_confirmed_latencies_are_shown()
     assert "| 0.2 (calibration 0.004) |" in md                 # the candidates table: both losses
     assert "judged on 4 samples (every 3rd sample of data.inputs, held out)" in md
     assert "Latencies: verify's interleaved rounds." in md
+    plan["default_alone"] = {"label": "default", "pays": True, "rounds": 90, "isolated": True,
+                             "process_speedups": [1.0, 0.99, 1.01, 1.0, 1.0], "default_ms": 2.0}
+    assert "Latency: the default timed alone in 5 fresh processes, pooled, 90 rounds" in plan_markdown(plan)
 
     plan.update(decision="adapted", actions=[_step("int8")])
     plan["confirmations"] = [{"label": "candidate1", "pays": True, "rounds": 120, "isolated": True, "ratio": 0.8,
