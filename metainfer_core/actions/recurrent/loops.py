@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from metainfer_core.actions.recurrent.cells import Cell, match_cell
@@ -62,7 +63,8 @@ def _dim_read(scope: Scope, name: str) -> tuple[str, int] | None:
     p = scope.producer.get(_peel(scope, name))
     if p is None or p.op_type not in ("Gather", "Slice"):
         return None
-    shape = scope.producer.get(p.input[0])
+    # tf2onnx casts the shape to int32 before slicing it (TF's strided_slice on an int32 shape)
+    shape = scope.producer.get(_peel(scope, p.input[0], ("Identity", "Cast")))
     if shape is None or shape.op_type != "Shape" or attr_value(shape, "end") is not None:
         return None
     start = attr_value(shape, "start", 0)
@@ -121,6 +123,30 @@ def _always_true(scope: Scope, name: str, counts: set[str], nexts: set[str], seq
     count, bound = scope.strip(_peel(scope, p.input[0])), p.input[1]
     first = not counts and scope.scalar(count) == 0
     return (count in counts | nexts or _increment(scope, count, counts) or first) and seq(bound)
+
+
+def _ends_at_length(scope: Scope, name: str, counts: set[str], nexts: set[str], seq) -> bool:
+    """Whether a body condition turns false exactly after the step that reads the last element:
+    Less(next count, sequence length), possibly And-ed with conditions true on every step. Casts
+    around the operands are seen through (tf2onnx compares int32 counts as floats, exact below 2^24
+    steps, far beyond any sequence a recurrent layer runs)."""
+    p = scope.node(name, "And", "Less")
+    if p is None:
+        return False
+    if p.op_type == "And":
+        a, b = p.input
+        return (_ends_at_length(scope, a, counts, nexts, seq) and _always_true(scope, b, counts, nexts, seq)) or \
+            (_ends_at_length(scope, b, counts, nexts, seq) and _always_true(scope, a, counts, nexts, seq))
+    count = scope.strip(_peel(scope, p.input[0]))
+    return (count in nexts or _increment(scope, count, counts)) and seq(p.input[1])
+
+
+def _unbounded(outer: Scope, trip: str) -> bool:
+    """No trip count, or INT64_MAX (tf2onnx's maximum_iterations): only the condition ends the loop."""
+    if not trip:
+        return True
+    value = outer.const(_peel(outer, trip, ("Identity",)))
+    return value is not None and value.size == 1 and value.dtype == np.int64 and int(value.reshape(-1)[0]) == 2 ** 63 - 1
 
 
 def _unread(outer: Scope, name: str) -> bool:
@@ -241,15 +267,22 @@ def loop_form(outer: Scope, shapes: dict[str, Shape | None], node: onnx.NodeProt
     counts = {names[0]} | {names[2 + k] for k in counters}        # the iteration number and the carried counters
     x, axis, x_t = _step_input(scope, counts, shapes)
     trip = node.input[0]
-    if not trip or not seq_len(outer, shapes, trip, x, axis):
+    unbounded = _unbounded(outer, trip)
+    if not unbounded and not seq_len(outer, shapes, trip, x, axis):
         raise Refused(f"the trip count is not the sequence length (dim {axis} of {x!r})")
 
     def seq(bound: str) -> bool:
         bound = _peel(scope, bound)
-        bound = scope.aliases.get(bound, bound)
-        return bound == trip or (not scope.defines(bound) and seq_len(outer, shapes, bound, x, axis))
+        bound = scope.aliases.get(bound, bound)      # (tf2onnx carries the length through the loop)
+        return (bound == trip and not unbounded) or (not scope.defines(bound) and seq_len(outer, shapes, bound, x, axis))
     nexts = {scope.strip(outs[1 + k]) for k in counters}
-    body_ok = scope.strip(outs[0]) == names[1] or _always_true(scope, outs[0], counts, nexts, seq)
+    if unbounded:       # the condition alone must stop the loop right after the last step
+        if not _ends_at_length(scope, outs[0], counts, nexts, seq):
+            raise Refused(f"the loop has no trip count and its condition is not proved to end it at the sequence "
+                          f"length (dim {axis} of {x!r})")
+        body_ok = True
+    else:
+        body_ok = scope.strip(outs[0]) == names[1] or _always_true(scope, outs[0], counts, nexts, seq)
     first_ok = _always_true(outer, node.input[1] if len(node.input) > 1 else "", set(), set(), seq)
     if not (body_ok and first_ok):
         raise Refused("the loop's condition may end it before the sequence does (a mask or a length)")

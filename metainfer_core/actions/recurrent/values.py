@@ -38,10 +38,16 @@ class Scope:
         return name in self.producer or name in self.inits or name in self.inputs
 
     def strip(self, name: str) -> str:
-        """The tensor behind Identity nodes (they are recorded as used)."""
-        while (p := self.producer.get(name)) is not None and p.op_type == "Identity":
-            self.used.add(id(p))
-            name = p.input[0]
+        """The tensor behind Identity nodes and Muls by provable ones (inference-time dropout:
+        x·1 is x exactly); they are recorded as used."""
+        while (p := self.producer.get(name)) is not None:
+            if p.op_type == "Identity":
+                self.used.add(id(p))
+                name = p.input[0]
+            elif p.op_type == "Mul" and (kept := times_ones(self, p)) is not None:
+                name = kept
+            else:
+                break
         return name
 
     def node(self, name: str, *ops: str) -> onnx.NodeProto | None:
@@ -63,6 +69,11 @@ class Scope:
                 return self.const(p.input[0])
             if p.op_type == "Constant":
                 return _constant_value(p)
+            if p.op_type in ("Slice", "Split"):      # a per-gate cell cuts its weights in the body
+                value = _cut(self, p, name)
+                if value is not None:
+                    self.used.add(id(p))
+                return value
             return None
         if name in self.aliases and self.outer is not None:
             return self.outer.const(self.aliases[name])
@@ -73,6 +84,81 @@ class Scope:
     def scalar(self, name: str) -> float | None:
         v = self.const(name)
         return float(v.reshape(-1)[0]) if v is not None and v.size == 1 else None
+
+
+def _cut(scope: Scope, node: onnx.NodeProto, name: str) -> np.ndarray | None:
+    """A Slice or Split of a constant (opset 10+ inputs, or 13+ split sizes), evaluated."""
+    whole = scope.const(node.input[0])
+    if whole is None:
+        return None
+    if node.op_type == "Slice":
+        if len(node.input) < 3:
+            return None
+        names = list(node.input) + [""] * (5 - len(node.input))
+        starts, ends, axes, steps = (scope.const(i) for i in names[1:5])
+        if starts is None or ends is None or (names[3] and axes is None) or (names[4] and steps is None):
+            return None
+        axes = range(len(starts)) if axes is None else axes
+        steps = [1] * len(starts) if steps is None else steps
+        index = [slice(None)] * whole.ndim
+        for a, lo, hi, st in zip(axes, starts, ends, steps):
+            index[int(a)] = slice(*slice(int(lo), int(hi), int(st)).indices(whole.shape[int(a)]))
+        return whole[tuple(index)]
+    axis = int(attr_value(node, "axis", 0))
+    sizes = attr_value(node, "split")
+    if sizes is None and len(node.input) > 1 and node.input[1]:
+        sizes = scope.const(node.input[1])
+        if sizes is None:
+            return None
+    parts = len(node.output)
+    if sizes is None:
+        if whole.shape[axis] % parts:
+            return None
+        sizes = [whole.shape[axis] // parts] * parts
+    bounds = np.cumsum([0, *[int(v) for v in sizes]])
+    if bounds[-1] != whole.shape[axis]:
+        return None
+    k = list(node.output).index(name)
+    return np.take(whole, range(bounds[k], bounds[k + 1]), axis=axis)
+
+
+def _ones(scope: Scope, name: str, other: str) -> bool:
+    """Whether `name` is all ones and multiplying `other` by it keeps other's shape: a constant of
+    ones with every dim 1, or ones Expanded to (ConstantOfShape of) Shape(other) itself, the way
+    Keras' ones_like writes a dropout mask at inference."""
+    value = scope.const(name)
+    if value is not None:
+        return value.dtype == np.float32 and value.ndim <= 2 and value.size == 1 and bool((value == 1).all())
+    p = scope.producer.get(name)
+    if p is None or p.op_type not in ("Expand", "ConstantOfShape") or p.domain not in ("", "ai.onnx"):
+        return False
+    if p.op_type == "Expand":
+        one, shape_of = scope.const(p.input[0]), p.input[1]
+    else:
+        v = attr_value(p, "value")
+        one, shape_of = (numpy_helper.to_array(v) if v is not None else None), p.input[0]
+    if one is None or one.dtype != np.float32 or one.size != 1 or one.ndim > 1 or float(one.reshape(-1)[0]) != 1.0:
+        return False
+    chain = []
+    while (q := scope.producer.get(shape_of)) is not None and q.op_type in ("Cast", "Identity"):
+        chain.append(q)
+        shape_of = q.input[0]
+    shape = scope.producer.get(shape_of)
+    if shape is None or shape.op_type != "Shape" or shape.attribute or shape.input[0] != other:
+        return False
+    scope.used.update(id(n) for n in (p, shape, *chain))
+    return True
+
+
+def times_ones(scope: Scope, mul: onnx.NodeProto) -> str | None:
+    """The other factor of a Mul by ones (recorded as used), or None."""
+    if mul.domain not in ("", "ai.onnx") or len(mul.input) != 2:
+        return None
+    for k in (0, 1):
+        if scope.const(mul.input[k]) is None and _ones(scope, mul.input[1 - k], mul.input[k]):
+            scope.used.add(id(mul))
+            return mul.input[k]
+    return None
 
 
 def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
