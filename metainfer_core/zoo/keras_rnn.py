@@ -9,12 +9,19 @@ among the zoo's names().
 - The body: the step's input a Gather at the iteration counter (or a counter carried beside the
   states), the cell (LSTM: one fused gate matrix split i, f, c, o; GRU: z, r, h with
   `reset_after` either way; SimpleRNN), the condition passed through or a Less on the count.
-- `loop="Scan"` writes the same cell as a Scan over the sequence instead."""
+- `loop="Scan"` writes the same cell as a Scan over the sequence instead.
+- `bounds="tf2onnx_max"` / `"tf2onnx_none"`: the loop bounds tf2onnx writes for a TF 2 while loop
+  (trip count INT64_MAX, or none), ended by Less(float(t + 1), float(T)) on an int32 counter t and
+  the length T carried through the loop, read outside as Squeeze(Slice(Cast<int32>(Shape(x)))).
+- `per_gate=True`: Keras' implementation=1 cell (keras_rnn_per_gate.py), with `dropout_ones` the
+  ones_like dropout Muls on x and h."""
 from __future__ import annotations
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from metainfer_core.zoo import keras_rnn_per_gate as per_gate_cells
 
 GATES = {"lstm": 4, "gru": 3, "rnn": 1}
 
@@ -57,8 +64,10 @@ class _Body:
             return self.one("Relu", x)
         if kind == "HardSigmoid":                       # the ONNX op
             return self.one("HardSigmoid", x, alpha=0.2, beta=0.5)
-        if kind == "hard_sigmoid":                      # Keras' (TF 2): clip(0.2·x + 0.5, 0, 1), spelt out
+        if kind in ("hard_sigmoid", "hard_sigmoid_minmax"):     # Keras': clip(0.2·x + 0.5, 0, 1), spelt out
             y = self.one("Add", self.one("Mul", x, self.const(0.2)), self.const(0.5))
+            if kind == "hard_sigmoid_minmax":                   # Keras 2.0's clip_by_value: Minimum, Maximum
+                return self.one("Max", self.one("Min", y, self.const(1.0)), self.const(0.0))
             return self.one("Clip", y, self.const(0.0), self.const(1.0))
         raise ValueError(f"unknown activation {kind!r}")
 
@@ -90,16 +99,34 @@ def _rnn(b: _Body, x: str, h: str, w: dict, act: str) -> str:
                  act)
 
 
-def _weights(rng, cell: str, name: str, features: int, hidden: int, reset_after: bool, scale: float) -> dict:
+def _weights(rng, cell: str, name: str, features: int, hidden: int, reset_after: bool, scale: float,
+             per_gate: bool = False) -> dict:
     g = GATES[cell]
     arr = lambda *shape: (rng.standard_normal(shape) * scale).astype(np.float32)
     w = {"kernel": arr(features, g * hidden), "recurrent": arr(hidden, g * hidden), "bias": arr(g * hidden)}
     if cell == "gru" and reset_after:
         w["recurrent_bias"] = arr(g * hidden)
-    if cell == "gru" and not reset_after:
+    if cell == "gru" and not reset_after and not per_gate:      # (the per-gate cell cuts the whole kernel)
         w["recurrent_zr"], w["recurrent_h"] = w["recurrent"][:, :2 * hidden], w["recurrent"][:, 2 * hidden:]
         del w["recurrent"]
     return {k: numpy_helper.from_array(np.ascontiguousarray(v), f"{name}/{k}") for k, v in w.items()}
+
+
+def _tf2onnx_bounds(b: _Body, nodes: list, const, p: str, xs: str, axis: int, t_next: str, loop_in: list,
+                    bounds: str) -> str:
+    """tf2onnx's while-loop bounds (see the module's doc): writes the outer length and the loop's
+    first inputs (trip, cond, t0, T) into `loop_in`; answers the body's condition."""
+    nodes.extend([
+        helper.make_node("Shape", [xs], [f"{p}/seq_shape"], name=f"{p}/seq_shape"),
+        helper.make_node("Cast", [f"{p}/seq_shape"], [f"{p}/seq_shape32"], name=f"{p}/seq_shape32", to=TensorProto.INT32),
+        helper.make_node("Slice", [f"{p}/seq_shape32", const(f"{p}/len_start", [axis]), const(f"{p}/len_end", [axis + 1]),
+                                   const(f"{p}/len_axes", [0])], [f"{p}/len_1"], name=f"{p}/len_1"),
+        helper.make_node("Squeeze", [f"{p}/len_1", const(f"{p}/len_squeeze", [0])], [f"{p}/len"], name=f"{p}/len"),
+        helper.make_node("Cast", [f"{p}/len"], [f"{p}/len_f"], name=f"{p}/len_f", to=TensorProto.FLOAT),
+        helper.make_node("Less", [const(f"{p}/zero_f", 0.0, np.float32), f"{p}/len_f"], [f"{p}/first"], name=f"{p}/first")])
+    trip = const(f"{p}/max_iterations", 2 ** 63 - 1) if bounds == "tf2onnx_max" else ""
+    loop_in[:] = [trip, f"{p}/first", const(f"{p}/time", 0, np.int32), f"{p}/len"]
+    return b.one("Less", b.one("Cast", t_next, to=TensorProto.FLOAT), b.one("Cast", f"{p}/T", to=TensorProto.FLOAT))
 
 
 def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers: int = 1, steps: int | str = "T",
@@ -107,15 +134,23 @@ def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers
               return_state: bool = False, initial: str = "zeros", activation: str = "tanh",
               recurrent_activation: str = "sigmoid", reset_after: bool = True, counter: bool = False,
               cond: str = "identity", loop: str = "Loop", bidirectional: bool = False, carried_weights: bool = False,
-              seed: int = 0, opset: int = 15,
-              scale: float = 0.3) -> onnx.ModelProto:
+              seed: int = 0, opset: int = 15, scale: float = 0.3, bounds: str = "trip", length_axis: str = "time",
+              per_gate: bool = False, dropout_ones: float | None = None) -> onnx.ModelProto:
     """`layers` stacked Keras recurrent layers (`cell`: lstm, gru or rnn) on input `x`
     ([batch, steps, features] when batch_major, else [steps, batch, features]); output `y` (the
     last layer's sequence when return_sequences, else its last h) and, with return_state, `h`
     (and `c`). initial: "zeros" or "input" (graph inputs h0_<layer> [and c0_<layer>]). bidirectional: a
     second loop per layer over the reversed sequence, the two joined on the features (Keras'
     Bidirectional, merge_mode concat). cond: "identity", "less" (Less(i + 1, steps)) or "tf2onnx"
-    (with counter). carried_weights: the weights passed through the loop as carried values."""
+    (with counter). carried_weights: the weights passed through the loop as carried values.
+    bounds: "trip" (a trip count equal to the length), "tf2onnx_max" or "tf2onnx_none" (see the
+    module's doc); length_axis "batch" reads the carried T off the batch dim instead (a near miss).
+    per_gate / dropout_ones: Keras' implementation=1 cell and its ones_like dropout (lstm, or gru
+    with reset_after=False)."""
+    if per_gate and (cell == "rnn" or (cell == "gru" and reset_after)):
+        raise ValueError("the per-gate form is written for lstm and for gru with reset_after=False")
+    if bounds != "trip" and loop != "Loop":
+        raise ValueError("tf2onnx's bounds are a Loop's")
     if bidirectional and return_state:
         raise ValueError("return_state is not written for a bidirectional layer")
     rng = np.random.default_rng(seed)
@@ -127,7 +162,7 @@ def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers
     def direction(p: str, seq: str, width: int, tag: str, backwards: bool) -> tuple[str, list[str], list[str]]:
         """One recurrent layer's loop over `seq` (go_backwards: over its reverse, as Keras' backward
         layer of a Bidirectional): (every step's h, time-major), its last states, their names."""
-        w = _weights(rng, cell, p, width, hidden, reset_after, scale)
+        w = _weights(rng, cell, p, width, hidden, reset_after, scale, per_gate)
         inits.extend(w.values())
         names = {k: (f"{p}/captured_{k}" if carried_weights and loop == "Loop" else t.name) for k, t in w.items()}
         if batch_major and gather_axis == 0:
@@ -141,7 +176,7 @@ def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers
                                           [f"{p}/reversed"], name=f"{p}/reverse"))
             xs = f"{p}/reversed"
         nodes.append(helper.make_node("Shape", [seq], [f"{p}/shape"], name=f"{p}/Shape"))
-        if loop == "Loop":
+        if loop == "Loop" and bounds == "trip":
             nodes.append(helper.make_node("Gather", [f"{p}/shape", const(f"{p}/time_axis", time_in)], [f"{p}/steps"],
                                           name=f"{p}/steps", axis=0))
         states = ["h", "c"] if cell == "lstm" else ["h"]
@@ -166,16 +201,24 @@ def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers
             body_in = [helper.make_tensor_value_info(f"{p}/i", TensorProto.INT64, []),
                        helper.make_tensor_value_info(f"{p}/cond_in", TensorProto.BOOL, [])]
             index = f"{p}/i"
-            if counter:
-                body_in.append(helper.make_tensor_value_info(f"{p}/t", TensorProto.INT64, []))
+            if counter or bounds != "trip":
+                body_in.append(helper.make_tensor_value_info(f"{p}/t", TensorProto.INT32 if bounds != "trip"
+                                                             else TensorProto.INT64, []))
                 index = f"{p}/t"
+            if bounds != "trip":
+                body_in.append(helper.make_tensor_value_info(f"{p}/T", TensorProto.INT32, []))
             x_t = b.one("Gather", xs, index, axis=axis)
         else:
             body_in, x_t = [], f"{p}/x_t"
         body_in += [f32(f"{p}/{s}") for s in states]
         if loop == "Scan":
             body_in.append(f32(x_t, (batch, width)))
-        if cell == "lstm":
+        if per_gate and cell == "lstm":
+            news = list(per_gate_cells.lstm(b, x_t, f"{p}/h", f"{p}/c", names, hidden, activation, recurrent_activation,
+                                            dropout_ones))
+        elif per_gate:
+            news = [per_gate_cells.gru(b, x_t, f"{p}/h", names, hidden, activation, recurrent_activation, dropout_ones)]
+        elif cell == "lstm":
             news = list(_lstm(b, x_t, f"{p}/h", f"{p}/c", names, hidden, activation, recurrent_activation))
         elif cell == "gru":
             news = [_gru(b, x_t, f"{p}/h", names, hidden, activation, recurrent_activation, reset_after)]
@@ -185,9 +228,17 @@ def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers
         body_out = [f32(n) for n in news] + [f32(scan)]
         seq_out, lasts = f"{p}/sequence", [f"{p}/last_{s}" for s in states]
         if loop == "Loop":
-            outs, loop_in = [], [f"{p}/steps", const(f"{p}/true", True, np.bool_)]
-            t_next = b.one("Add", f"{p}/t", b.const(1, np.int64)) if counter else ""
-            if cond == "identity":
+            outs, loop_in = [], [f"{p}/steps", const(f"{p}/true", True, np.bool_)] if bounds == "trip" else []
+            t_next = b.one("Add", f"{p}/t", b.const(1, np.int64)) if counter and bounds == "trip" else ""
+            if bounds != "trip":
+                t_next = b.one("Add", f"{p}/t", b.const(1, np.int32))
+                cond_out = _tf2onnx_bounds(b, nodes, const, p, xs, axis if length_axis == "time" else 1 - axis, t_next,
+                                           loop_in, bounds)
+                body_out.insert(0, helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []))
+                body_out.insert(1, helper.make_tensor_value_info(t_next, TensorProto.INT32, []))
+                body_out.insert(2, helper.make_tensor_value_info(f"{p}/T", TensorProto.INT32, []))
+                outs += [f"{p}/last_t", f"{p}/last_T"]
+            elif cond == "identity":
                 cond_out = b.one("Identity", f"{p}/cond_in")
             elif cond == "less":                       # the next count below the length
                 cond_out = b.one("Less", b.one("Add", f"{p}/i", b.const(1, np.int64)), f"{p}/steps")
@@ -200,8 +251,9 @@ def keras_rnn(cell: str = "lstm", *, features: int = 8, hidden: int = 16, layers
                               helper.make_node("Less", [zero, f"{p}/steps"], [f"{p}/first_b"], name=f"{p}/first_b"),
                               helper.make_node("And", [f"{p}/first_a", f"{p}/first_b"], [f"{p}/first"], name=f"{p}/first")])
                 loop_in[1] = f"{p}/first"
-            body_out.insert(0, helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []))
-            if counter:
+            if bounds == "trip":
+                body_out.insert(0, helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []))
+            if counter and bounds == "trip":
                 body_out.insert(1, helper.make_tensor_value_info(t_next, TensorProto.INT64, []))
                 loop_in.append(const(f"{p}/zero", 0))
                 outs.append(f"{p}/last_t")

@@ -70,6 +70,19 @@ CASES = {
     "two_layers": ({"layers": 2}, "LSTM", 2),
     "bidirectional": ({"bidirectional": True}, "LSTM", 2),
     "bidirectional_gru_last": ({"cell": "gru", "bidirectional": True, "return_sequences": False}, "GRU", 2),
+    # tf2onnx's while-loop bounds: no trip count (or INT64_MAX), ended by Less(float(t + 1), float(T))
+    "lstm_tf2onnx_max_iterations": ({"bounds": "tf2onnx_max"}, "LSTM", 1),
+    "lstm_tf2onnx_max_iterations_axis_1": ({"bounds": "tf2onnx_max", "gather_axis": 1, "layers": 2}, "LSTM", 2),
+    "gru_tf2onnx_no_trip_count_carried_weights": ({"cell": "gru", "bounds": "tf2onnx_none", "carried_weights": True},
+                                                  "GRU", 1),
+    # Keras' implementation=1 cells: per-gate MatMuls on cut weights, ones_like dropout Muls
+    "lstm_per_gate": ({"per_gate": True}, "LSTM", 1),
+    "lstm_per_gate_dropout_hard_sigmoid_tf2onnx": ({"per_gate": True, "dropout_ones": 1.0, "bounds": "tf2onnx_max",
+                                                    "recurrent_activation": "hard_sigmoid_minmax",
+                                                    "carried_weights": True}, "LSTM", 1),
+    "gru_per_gate_reset_before_bidirectional": ({"cell": "gru", "reset_after": False, "per_gate": True,
+                                                 "dropout_ones": 1.0, "bounds": "tf2onnx_none", "bidirectional": True,
+                                                 "recurrent_activation": "hard_sigmoid_minmax"}, "GRU", 2),
 }
 
 
@@ -252,6 +265,39 @@ def test_a_body_it_cannot_prove_is_left_alone_with_its_reason(case):
     illegal = {}
     assert not list(expand(m, {"recurrent": {}}, info, illegal=illegal))
     assert reason in illegal["recurrent"]
+
+
+def _current_count(m):
+    """The condition compares the current count, not the next one: the loop would run one step
+    past the sequence."""
+    body = _body(m)
+    less = next(n for n in body.node if n.op_type == "Less")
+    cast = next(n for n in body.node if n.output[0] == less.input[0])
+    cast.input[0] = "l0/t"
+
+
+NEAR_MISSES = {     # builder options, an edit, the reason
+    "length_of_another_dim": ({"bounds": "tf2onnx_max", "length_axis": "batch"}, None,
+                              "its condition is not proved to end it at the sequence length (dim 0 of 'l0/time_major')"),
+    "no_trip_count_current_count": ({"bounds": "tf2onnx_none"}, _current_count,
+                                    "its condition is not proved to end it at the sequence length"),
+    "dropout_not_ones": ({"per_gate": True, "dropout_ones": 0.8}, None,
+                         "beside the step input and the state (a dropout mask"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEAR_MISSES))
+def test_a_near_miss_of_a_tf2onnx_form_is_left_alone(case):
+    kwargs, edit, reason = NEAR_MISSES[case]
+    m = keras_rnn(**kwargs)
+    if edit:
+        edit(m)
+    onnx.checker.check_model(m, full_check=True)
+    info = backend("cpu").info
+    sites = RECURRENT.sites(m, {}, info)
+    assert [s.nodes for s in sites] == [("l0/while",)]
+    why = RECURRENT.legal(m, sites[0], {}, info)
+    assert why and reason in why and "\n" not in why, why
 
 
 def test_a_proved_loop_is_rewritten_beside_a_refused_one():
