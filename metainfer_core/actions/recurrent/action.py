@@ -5,8 +5,9 @@ Keras recurrent layers exported by tf2onnx often arrive as a `Loop` (or `Scan`) 
 cell written out (MatMul, Add, Split, Sigmoid, Tanh, Mul, the counter and the condition): ONNX
 Runtime then runs a subgraph per step per layer, about twice the time of the fused operator on a
 CPU. A loop is rewritten only when its form is proved from the graph (loops.py, cells.py): the
-steps read one sequence at the iteration counter, the trip count is the sequence's length, the
-condition holds on every step, the body computes an LSTM, GRU or simple RNN cell with constant
+steps read one sequence at the iteration counter, the trip count is the sequence's length and the
+condition holds on every step (or, as tf2onnx writes a while loop, there is no trip count and the
+condition is proved to end the loop right after the last step), the body computes an LSTM, GRU or simple RNN cell with constant
 weights and nothing else, and the scan outputs are the new hidden state. Anything else is a site
 `legal` refuses with the reason (a peephole, a dropout mask, a custom activation, a state read
 outside the cell, a trip count or condition that may end before the sequence): the search log

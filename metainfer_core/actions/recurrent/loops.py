@@ -1,6 +1,7 @@
 """Which Loop and Scan nodes run a recurrent cell over a sequence, proved from the graph: the step
 input (a Gather on the iteration counter, or a Scan's scan input), a trip count equal to the
-sequence length, a condition true on every step, the carried states (beside counters and
+sequence length and a condition true on every step (or no trip count, or INT64_MAX, and a
+condition that turns false right after the last step), the carried states (beside counters and
 pass-throughs nothing reads afterwards), the scan outputs (the new hidden state) and a body that
 computes the cell and nothing else."""
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What the values of a recurrent body are: constants (the body's own, or the outer graph's that it
 reads), affine forms (a sum of MatMul/Gemm by constant weights plus a constant bias, through the
-Split and Slice that cut a fused gate matrix into gates) and the activations ONNX's recurrent
-operators take. Everything here proves a value's form from the graph, or answers None."""
+Split and Slice that cut a fused gate matrix into gates, or of constant weights cut per gate) and
+the activations ONNX's recurrent operators take; a Mul by provable ones (inference-time dropout) is
+the value it multiplies. Everything here proves a value's form from the graph, or answers None."""
 from __future__ import annotations
 
 from collections import defaultdict
