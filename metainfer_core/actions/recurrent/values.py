@@ -106,19 +106,10 @@ def _cut(scope: Scope, node: onnx.NodeProto, name: str) -> np.ndarray | None:
             index[int(a)] = slice(*slice(int(lo), int(hi), int(st)).indices(whole.shape[int(a)]))
         return whole[tuple(index)]
     axis = int(attr_value(node, "axis", 0))
-    sizes = attr_value(node, "split")
-    if sizes is None and len(node.input) > 1 and node.input[1]:
-        sizes = scope.const(node.input[1])
-        if sizes is None:
-            return None
-    parts = len(node.output)
+    sizes = _split_sizes(scope, node, whole.shape[axis])
     if sizes is None:
-        if whole.shape[axis] % parts:
-            return None
-        sizes = [whole.shape[axis] // parts] * parts
-    bounds = np.cumsum([0, *[int(v) for v in sizes]])
-    if bounds[-1] != whole.shape[axis]:
         return None
+    bounds = np.cumsum([0, *sizes])
     k = list(node.output).index(name)
     return np.take(whole, range(bounds[k], bounds[k + 1]), axis=axis)
 
@@ -245,9 +236,9 @@ def affine(scope: Scope, name: str) -> Affine | None:
     return None if span is None else whole.cols(*span)
 
 
-def _split_span(scope: Scope, node: onnx.NodeProto, name: str, width: int) -> tuple[int, int] | None:
-    if attr_value(node, "axis", 0) not in (1, -1):
-        return None
+def _split_sizes(scope: Scope, node: onnx.NodeProto, width: int) -> list[int] | None:
+    """A Split's part sizes along an axis `width` long (its attribute, its constant input, or
+    equal parts), or None where they are not known or do not add up to `width`."""
     sizes = attr_value(node, "split")
     if sizes is None and len(node.input) > 1 and node.input[1]:
         sizes = scope.const(node.input[1])
@@ -258,8 +249,15 @@ def _split_span(scope: Scope, node: onnx.NodeProto, name: str, width: int) -> tu
         if width % parts:
             return None
         sizes = [width // parts] * parts
-    sizes = [int(s) for s in sizes]
-    if sum(sizes) != width:
+    sizes = [int(v) for v in sizes]
+    return sizes if sum(sizes) == width else None
+
+
+def _split_span(scope: Scope, node: onnx.NodeProto, name: str, width: int) -> tuple[int, int] | None:
+    if attr_value(node, "axis", 0) not in (1, -1):
+        return None
+    sizes = _split_sizes(scope, node, width)
+    if sizes is None:
         return None
     k = list(node.output).index(scope.strip(name))
     lo = sum(sizes[:k])
