@@ -78,6 +78,14 @@ def main(argv: list[str]) -> int:
             rounds = int(argv.pop(0))
         else:
             json_path = Path(argv.pop(0))
+    if argv[:1] and argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    stray = [a for a in argv if a.startswith("-")]
+    if stray:       # hydra overrides never start with a dash: a misspelt flag, not one for every adapt
+        print(f"unknown option(s) {stray}: the options are {list(flags)} (then hydra overrides, key=value); "
+              "see python -m bench.adapt_corpus --help", file=sys.stderr)
+        return 2
     unknown = [k for k in keys or [] if k not in corpus.BY_KEY]
     if unknown:
         print(f"unknown corpus model(s) {unknown}: choose from {list(corpus.BY_KEY)}", file=sys.stderr)

@@ -23,7 +23,8 @@ from metainfer_core.fingerprint.reprofile import reprofile
 
 def backend(target: str, **spec):
     cfg = yaml.safe_load((CONF_DIR / "target" / f"{target}.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **spec})
+    threads = {"intra_op_threads": 1} if cfg["measurement"] == "measured" else {}   # as serving=latency gives it
+    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **threads, **spec})
 
 
 def measure(target: str, n_models: int = 3, reps: int = 30, warmup: int = 5) -> dict:

@@ -234,6 +234,34 @@ class PredictorSettings(Strict):
     frozen: bool = False            # use the current revision as it is: no retraining, no recalibration
 
 
+class ServingSettings(Strict):
+    """conf/serving/: how the deployment serves the model (metainfer_core/serving/)."""
+    name: str = "latency"
+    threads: int = Field(default=1, ge=0)            # cores the deployment gives the model (0: all usable ones)
+    concurrency: int = Field(default=1, ge=1)        # requests in flight at once
+    percentile: float = Field(default=99.0, gt=0, lt=100)   # the latency percentile the bound holds...
+    bound_ms: float | None = Field(default=None, gt=0)      # ...at most this; None: bound_x x the default alone
+    bound_x: float = Field(default=3.0, gt=1)
+    duration_s: float = Field(default=2.0, gt=0)     # each plan x serving setting is served this long
+
+    @property
+    def cores(self) -> int:
+        from metainfer_core.serving.options import usable_cores
+
+        return self.threads or usable_cores()
+
+    @property
+    def request_threads(self) -> int:
+        """The intra-op threads one request gets while `concurrency` share the cores: what the
+        search and latency verify measure at."""
+        return max(1, self.cores // self.concurrency)
+
+    @property
+    def under_load(self) -> bool:
+        """Several requests at once: plans are also served under that load before one is kept."""
+        return self.concurrency > 1
+
+
 class PathSettings(Strict):
     artifacts: str
 
@@ -253,6 +281,7 @@ class Settings(Strict):
     paths: PathSettings
     reprofile: ReprofileSettings = Field(default_factory=ReprofileSettings)
     predictor: PredictorSettings = Field(default_factory=PredictorSettings)
+    serving: ServingSettings = Field(default_factory=ServingSettings)
     seed: int = 0
     trust_config_code: bool = False     # may the configuration name code to import (metric, backend)?
 
@@ -278,6 +307,21 @@ class Settings(Strict):
             except (ImportError, AttributeError, ValueError) as exc:
                 raise ValueError(f"accuracy.metric={self.accuracy.metric!r} is not an importable "
                                  f"'package.module:function' ({exc})") from None
+        return self
+
+    @model_validator(mode="after")
+    def _serving_threads(self) -> "Settings":
+        """A host target's intra-op threads are the serving group's: one place says how many cores
+        a request gets (a spec of its own would measure plans at a count no deployment uses)."""
+        from metainfer_core.backends.spec_schema import SCHEMAS, HostSpec
+
+        if SCHEMAS.get(self.target.backend) is not HostSpec:
+            return self
+        if "intra_op_threads" in self.target.spec:
+            raise ValueError(f"target.spec.intra_op_threads={self.target.spec['intra_op_threads']}: the threads a "
+                             "request gets are the serving group's: set serving.threads (cores the deployment gives "
+                             "the model, 0: all) and serving.concurrency (requests at once) instead (conf/serving/)")
+        self.target.spec["intra_op_threads"] = self.serving.request_threads
         return self
 
     @property

@@ -24,6 +24,7 @@ from app.progress import run_log, say as _progress
 from app.settings import RunSettings, validate_settings
 from metainfer_core.backends import Backend, backend_for
 from metainfer_core.budget import Budget
+from metainfer_core.decide.serve import serving_stage
 from metainfer_core.decide.stage import decide_stage
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.stage import profile_stage
@@ -37,7 +38,7 @@ from metainfer_core.predictor.stage import train_stage
 from metainfer_core.prepare.stage import Prepared, prepare_stage
 from metainfer_core.search.stage import SearchOutcome, search_stage
 from metainfer_core.verify.stage import VerifyOutcome, verify_stage
-from metainfer_core.verify.worker import time_pair_isolated
+from metainfer_core.verify.worker import serve_isolated, time_pair_isolated
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,10 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
                   + ("pays" if c.pays else "does not pay"))
     if decision.across is not None:
         _progress(f"confirm: {decision.across.words()}")
+    serving = serving_stage(s, backend, decision, chosen, prepared, verified, serve_isolated if measured_here else None,
+                            _progress)
+    if not serving.keeps_plan:
+        chosen = None
     _progress(f"decision: {decision.decision}: {decision.reason}")
     calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
                                        verified, cost_model.meta.fingerprint_version)
@@ -122,7 +127,7 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
         settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,
         cost_model_meta=cost_model.meta, outcome=outcome, verified=verified, decision=decision, chosen=chosen,
         timings=timings, artifact=artifact, mlflow_run_id=mlflow_run_id, budget=budget, calibration=calibration,
-        execution_path=path_record(backend, chosen_model), verify_remote=remote), _progress,
+        execution_path=path_record(backend, chosen_model), verify_remote=remote, serving=serving.record()), _progress,
         outcome.result.log if outcome.result else None)
 
 

@@ -19,7 +19,8 @@ BALANCED = Weights(1.0, 0.3, 1.0, 0.02)
 def backend(name: str, **spec_changes):
     """The backend of target `name` from conf/target/<name>.yaml, with spec entries overridden."""
     cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **spec_changes})
+    threads = {"intra_op_threads": 1} if cfg["measurement"] == "measured" else {}   # as serving=latency gives it
+    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **threads, **spec_changes})
 
 
 def host():

@@ -70,6 +70,7 @@ class Compiled(ABC):
     """A model prepared for one target. `compile_s` is the time preparing it took."""
 
     compile_s: float
+    compiles_per_shape = False      # True: each input shape is compiled apart (a serving pool per shape)
 
     @abstractmethod
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]: ...
@@ -81,6 +82,13 @@ class Compiled(ABC):
     @abstractmethod
     def peak_memory(self, feeds: dict[str, np.ndarray]) -> int:
         """Peak memory of one inference in bytes."""
+
+    def slots(self, n: int, feeds: dict[str, np.ndarray]) -> list:
+        """`n` callables (feeds -> outputs) that may run at the same time, one request each
+        (serving/pool.py). By default the compiled model itself, which takes concurrent runs;
+        a runtime whose runs need a request object each gives `n` of them. `feeds`: an input of
+        the shape to serve (a graph compiled per shape is compiled for it first)."""
+        return [self.run] * n
 
 
 class Backend(ABC):

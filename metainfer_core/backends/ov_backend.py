@@ -77,7 +77,8 @@ class OvCompiled(Compiled):
         self._kept: OrderedDict[tuple | None, tuple] = OrderedDict()
         self.compile_s = 0.0
         self.request = None
-        if _static(model):
+        self.compiles_per_shape = not _static(model)
+        if not self.compiles_per_shape:
             self._compile(None)
 
     def _read(self, feeds: dict[str, np.ndarray] | None):
@@ -115,13 +116,26 @@ class OvCompiled(Compiled):
 
     def run(self, feeds):
         self._ready(feeds)
-        result = self.request.infer(feeds)
+        return self._outputs_of(self.compiled, self.request.infer(feeds))
+
+    def _outputs_of(self, compiled, result) -> list[np.ndarray]:
         values = list(result.values())
         by_name = {}
-        for port, value in zip(self.compiled.outputs, values):
+        for port, value in zip(compiled.outputs, values):
             for n in port.get_names():
                 by_name[n] = value
         return [np.array(by_name[n]) if n in by_name else np.array(values[i]) for i, n in enumerate(self._outputs)]
+
+    def slots(self, n: int, feeds: dict[str, np.ndarray]) -> list:
+        """`n` infer requests of the model compiled for `feeds`' shapes: the plugin runs them on
+        its streams at once (one request is not safe to run from two threads)."""
+        self._ready(feeds)
+        compiled = self.compiled
+
+        def slot(request):
+            return lambda f: self._outputs_of(compiled, request.infer(f))
+
+        return [slot(compiled.create_infer_request()) for _ in range(n)]
 
     def time_once(self, feeds) -> float:
         self._ready(feeds)
@@ -187,9 +201,13 @@ class OpenVinoBackend(Backend):
         return p
 
     def config(self, profile: bool = False) -> dict[str, Any]:
-        return {"INFERENCE_NUM_THREADS": int(self.spec.get("intra_op_threads", 1)),
-                "PERFORMANCE_HINT": str(self.spec.get("performance_hint", "LATENCY")), "NUM_STREAMS": 1,
-                "INFERENCE_PRECISION_HINT": _PRECISION[self.precision], "PERF_COUNT": bool(profile)}
+        hint = str(self.spec.get("performance_hint", "LATENCY"))
+        out = {"INFERENCE_NUM_THREADS": int(self.spec.get("intra_op_threads", 1)), "PERFORMANCE_HINT": hint,
+               "INFERENCE_PRECISION_HINT": _PRECISION[self.precision], "PERF_COUNT": bool(profile)}
+        streams = self.spec.get("num_streams", 1 if hint == "LATENCY" else None)
+        if streams is not None:     # THROUGHPUT without num_streams: the plugin picks them
+            out["NUM_STREAMS"] = int(streams)
+        return out
 
     @property
     def info(self) -> TargetInfo:

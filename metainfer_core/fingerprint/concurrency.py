@@ -18,6 +18,7 @@ import onnx
 
 from metainfer_core.backends import Backend
 from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.serving.options import doublings, usable_cores
 
 DURATION_S = 0.5        # each count runs this long (throughput needs whole seconds of nothing; this is a check)
 KEEP = 0.8              # more instances must keep this share of the best throughput with fewer
@@ -25,22 +26,11 @@ MODELED_COUNTS = (1, 2, 4)
 RAPL = "/sys/class/powercap/*/energy_uj"    # Linux powercap (RAPL) package energy counters, microjoules
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:      # not Linux
-        return os.cpu_count() or 1
-
-
 def instance_counts(backend: Backend) -> tuple[int, ...]:
     """1, 2, 4, ... up to the usable cores (the cores count itself last); fixed on a modeled device."""
     if backend.info.measurement == "modeled":
         return MODELED_COUNTS
-    cores, counts, n = usable_cores(), [], 1
-    while n < cores:
-        counts.append(n)
-        n *= 2
-    return tuple(counts + [cores])
+    return tuple(doublings(usable_cores()))
 
 
 @dataclass

@@ -7,13 +7,16 @@
 The run folder holds model.onnx (the chosen graph; every runtime reads it) and plan.json's
 `execution_path`: the runtime, its precision and the settings it was verified with (threads,
 graph optimisation level, performance hint); the runtime's own module loads it (its `load`,
-metainfer_core/backends/runtimes/). A plan adapted over a declared shape range
+metainfer_core/backends/runtimes/). Where the plan was chosen for several requests at once
+(serving=throughput), plan.json's `serving.setting` (sessions, threads, streams) is how it is
+served, and run() may be called from that many threads at once. A plan adapted over a declared shape range
 (model.shape_range) runs any shape inside it, and refuses one outside it naming the input, the
 axis and the range."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -25,6 +28,8 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.shape_range import Ranges, from_json, outside
 from metainfer_core.plan.bucketed import BUCKETS_FILE, BucketedPlan, load_buckets
 from metainfer_core.plan.record import read_plan
+from metainfer_core.serving.options import split_setting
+from metainfer_core.serving.pool import Pool, open_pool
 
 _SETTINGS = ("providers", "intra_op_threads", "graph_optimization_level", "performance_hint", "inference_precision")
 
@@ -42,21 +47,46 @@ def path_record(backend: Backend, model: onnx.ModelProto) -> dict[str, Any]:
 
 
 class Deployed:
-    """A ready inference callable on the plan's execution path."""
+    """A ready inference callable on the plan's execution path. run() may be called from several
+    threads at once: where plan.json records a serving setting for several requests at once
+    (decide/serve.py), the requests are served by a pool of that setting (serving/pool.py:
+    its sessions or infer requests, one per request in flight), opened on the first call."""
 
     def __init__(self, compiled: Compiled, path: dict[str, Any], inputs: list[str], output_names: list[str] = (),
-                 ranges: Ranges | None = None):
+                 ranges: Ranges | None = None, serving: dict[str, Any] | None = None,
+                 compile_one: Callable[[dict[str, Any]], Compiled] | None = None):
         """ranges: the declared shape range the plan was verified over; run() refuses shapes
-        outside it (time_once does not check: it times the model alone)."""
+        outside it (time_once does not check: it times the model alone). serving: plan.json's
+        `serving` (its `setting` and `concurrency`); compile_one(overrides): another session of
+        the plan with the setting's keys over its own."""
         self.compiled, self.path, self.inputs, self.ranges = compiled, path, inputs, ranges or {}
         self.output_names = list(output_names)
+        self.serving = serving or {}
+        self._compile_one = compile_one
+        self._pools: dict[tuple | None, Pool] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run(feeds)
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         self._check(feeds)
-        return self.compiled.run(feeds)
+        if self._compile_one is None:
+            return self.compiled.run(feeds)
+        return self.pool(feeds).run(feeds)
+
+    def pool(self, feeds: dict[str, np.ndarray]) -> Pool:
+        """The pool serving `feeds`' shapes (one for all shapes, unless the runtime compiles per shape)."""
+        key = tuple((k, np.shape(v)) for k, v in sorted(feeds.items())) if self.compiled.compiles_per_shape else None
+        pool = self._pools.get(key)
+        if pool is None:
+            with self._lock:
+                pool = self._pools.get(key)
+                if pool is None:
+                    pool = self._pools[key] = open_pool(self._compile_one, self.serving.get("setting") or {},
+                                                        int(self.serving.get("concurrency") or 1), feeds,
+                                                        first=self.compiled)
+        return pool
 
     def time_once(self, feeds: dict[str, np.ndarray]) -> float:
         return self.compiled.time_once(feeds)
@@ -84,13 +114,22 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed | 
     shapes = plan.shapes or {}
     ranges = from_json(shapes["range"]) if shapes.get("declared") and shapes.get("range") else None
     spec = {"memory_limit_bytes": 0, **record.get("settings", {})}
+    serving = dict(plan.serving or {})
+    sessions, overrides = split_setting(serving.get("setting") or {})
     if threads is not None:
         spec["intra_op_threads"] = threads
+        overrides.pop("intra_op_threads", None)
+        serving["setting"] = {"sessions": sessions, **overrides}
     model = onnx.load(str(model_file))
     runtime = find(record["runtime"])
     if runtime is None:
         raise MetaInferError(f"{plan_file} names execution path {record['runtime']!r}, which this version cannot load.")
-    compiled = runtime.load(model, ExecutionPath(record["runtime"], record.get("precision", "f32")), spec)
+    path = ExecutionPath(record["runtime"], record.get("precision", "f32"))
+
+    def compile_one(over: dict[str, Any]) -> Compiled:
+        return runtime.load(model, path, {**spec, **over})
+
+    pooled = sessions > 1 or int(serving.get("concurrency") or 1) > 1
     inits = {i.name for i in model.graph.initializer}
-    return Deployed(compiled, record, [i.name for i in model.graph.input if i.name not in inits],
-                    [o.name for o in model.graph.output], ranges)
+    return Deployed(compile_one(overrides), record, [i.name for i in model.graph.input if i.name not in inits],
+                    [o.name for o in model.graph.output], ranges, serving, compile_one if pooled else None)

@@ -180,12 +180,14 @@ def silent_problems(info, outcome, verified, chosen_v: dict | None) -> list[str]
 
 def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, outcome, verified, decision, chosen,
                timings: dict, artifact: Path, mlflow_run_id: str | None, budget=None, calibration: dict | None = None,
-               execution_path: dict | None = None, verify_remote: dict | None = None) -> Plan:
+               execution_path: dict | None = None, verify_remote: dict | None = None,
+               serving: dict | None = None) -> Plan:
     """plan.json's record (plan/schema.py) from the stage outputs, assembled in this one place;
     numbers come out plain (numpy scalars as Python numbers, NaN and infinities as None), as the
     file holds them.
     calibration: the verified runs' record in the fingerprint library (feedback); execution_path:
-    the chosen plan's (deployable.path_record); verify_remote: which flow run, pool and host
+    the chosen plan's (deployable.path_record); serving: how it is served (decide/serve.py's
+    record); verify_remote: which flow run, pool and host
     measured the plans (deploy.remote_verify), when another host did."""
     measurement = info.measurement
     baseline = verified.baseline.as_dict() if verified else None
@@ -261,6 +263,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
         "calibration": calibration,
         "execution_path": execution_path,
     }
+    if serving is not None:
+        plan["serving"] = serving
     if verify_remote is not None:
         plan["verify_remote"] = verify_remote
     return Plan.of(_clean(plan), "build_plan's plan")

@@ -158,6 +158,9 @@ class Plan(Record):
     mlflow_run_id: str | None
     calibration: dict[str, Any] | None = None
     execution_path: dict[str, Any] | None = None
+    # how the deployment serves the plan (decide/serve.py): cores, requests at once, the setting
+    # chosen under that load, and every plan x setting measured there
+    serving: dict[str, Any] | None = None
     verify_remote: dict[str, Any] | None = None        # only when another host measured the plans
     registry: dict[str, Any] | None = None             # added once the registry has the run (app/tracking/registry.py)
     node_lists: str | None = None                      # the side file's name, in a plan read without it

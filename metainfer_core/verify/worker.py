@@ -171,8 +171,26 @@ def time_pair_isolated(backend: Backend, default: onnx.ModelProto, plan: onnx.Mo
     return PairTiming.pooled(parts)
 
 
+def serve_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], settings: dict[str, list[dict]],
+                   feed: Feed, concurrency: int, duration_s: float) -> dict:
+    """serving/measure.serve_all() in a worker process of its own holding only these plans (here
+    where the backend cannot be rebuilt there)."""
+    from metainfer_core.serving.measure import serve_all
+
+    r = recipe(backend)
+    if r is None:
+        return serve_all(backend, models, settings, feed, concurrency, duration_s)
+    return _call({"job": "load", "backend": r, "models": [(label, m.SerializeToString()) for label, m in models],
+                  "settings": settings, "feed": feed, "concurrency": concurrency, "duration_s": duration_s})
+
+
 def _serve(job: dict) -> object:
     backend = _rebuild(job["backend"])
+    if job["job"] == "load":
+        from metainfer_core.serving.measure import serve_all
+
+        models = [(label, onnx.load_from_string(data)) for label, data in job["models"]]
+        return serve_all(backend, models, job["settings"], job["feed"], job["concurrency"], job["duration_s"])
     if job["job"] == "plans":
         models = [(label, onnx.load_from_string(data)) for label, data in job["models"]]
         result = run_plans(backend, models, job["feeds"], job["runs"], job["warmup"], job["time_left_s"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from metainfer_core.fingerprint import concurrency, onboard
+from metainfer_core.serving.options import usable_cores
 
 from twins import backend
 
@@ -25,7 +26,7 @@ def test_instances_that_lose_throughput_fail_the_item():
 def test_a_measured_cpu_serves_one_instance_per_core_and_reports_each_count():
     item = onboard.check_concurrency(backend("cpu"), onboard.representative_model(), duration_s=0.2)
     counts = concurrency.instance_counts(backend("cpu"))
-    assert counts[0] == 1 and counts[-1] == concurrency.usable_cores()
+    assert counts[0] == 1 and counts[-1] == usable_cores()
     assert set(item.data) == {str(n) for n in counts}
     for row in item.data.values():
         assert row["throughput_per_s"] > 0 and row["p90_latency_ms"] >= row["median_latency_ms"] > 0

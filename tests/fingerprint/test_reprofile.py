@@ -74,7 +74,8 @@ def _cpu(**spec_changes):
     from app.compose import CONF_DIR
 
     cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **spec_changes})
+    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"],
+                          {**cfg["spec"], "intra_op_threads": 1, **spec_changes})
 
 
 def _ov_hint(hint: str) -> dict:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from metainfer_core.fingerprint.concurrency import usable_cores
+from metainfer_core.serving.options import usable_cores
 
 
 @pytest.mark.slow

@@ -43,6 +43,15 @@ class Runtime(ABC):
         """The precisions it has a datapath for on this CPU (as the runtime reports it)."""
         return set(self.precisions)
 
+    def serving_options(self, cores: int, concurrency: int) -> list[dict[str, Any]]:
+        """The settings it offers for `concurrency` requests at once on `cores` cores
+        (serving/options.py): by default one session all requests share (one Run() per request,
+        at once) and 2, 4, ... up to `concurrency` sessions splitting the cores between them."""
+        from metainfer_core.serving.options import doublings
+
+        return [{"sessions": k, "intra_op_threads": max(1, cores // k)}
+                for k in doublings(concurrency) if k == 1 or k <= cores]
+
     @abstractmethod
     def backend(self, path: Any, name: str, measurement: str, spec: dict[str, Any],
                 seed: int = 0) -> Backend:

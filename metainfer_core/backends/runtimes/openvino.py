@@ -22,6 +22,19 @@ class OpenVino(Runtime):
 
         return device_precisions()
 
+    def serving_options(self, cores: int, concurrency: int) -> list[dict[str, Any]]:
+        """One compiled model, as many infer requests as requests in flight: the LATENCY hint (one
+        stream on every core), and for several requests the THROUGHPUT hint with the streams
+        the plugin picks and with 2, 4, ... streams up to the requests (or the cores)."""
+        from metainfer_core.serving.options import doublings
+
+        out: list[dict[str, Any]] = [{"performance_hint": "LATENCY", "num_streams": 1, "intra_op_threads": cores}]
+        if concurrency > 1:
+            out.append({"performance_hint": "THROUGHPUT", "intra_op_threads": cores})
+            out += [{"performance_hint": "THROUGHPUT", "num_streams": n, "intra_op_threads": cores}
+                    for n in doublings(min(concurrency, cores)) if n > 1]
+        return out
+
     def backend(self, path, name, measurement, spec, seed=0):
         from metainfer_core.backends.ov_backend import OpenVinoBackend
 

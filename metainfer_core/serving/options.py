@@ -1,0 +1,49 @@
+"""The serving settings a runtime offers for a load, as the runtime declares them
+(Runtime.serving_options): each is a dict of the runtime's own spec keys plus `sessions` (how
+many compiled copies share the requests). They grow with the cores and the concurrency: a
+16-core target at 8 requests is offered 1, 2, 4 and 8 sessions of 16, 8, 4 and 2 threads."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+Setting = dict[str, Any]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:      # not Linux
+        return os.cpu_count() or 1
+
+
+def doublings(limit: int) -> list[int]:
+    """1, 2, 4, ... up to `limit`, `limit` itself last."""
+    out, n = [], 1
+    while n < limit:
+        out.append(n)
+        n *= 2
+    return out + [max(1, limit)]
+
+
+def split_setting(setting: Setting) -> tuple[int, Setting]:
+    """(sessions, the rest: spec keys of the runtime)."""
+    rest = dict(setting)
+    return int(rest.pop("sessions", 1)), rest
+
+
+def describe(setting: Setting) -> str:
+    """'2 sessions x 1 thread', 'THROUGHPUT hint, 2 streams, 2 threads'."""
+    sessions, rest = split_setting(setting)
+    threads = rest.get("intra_op_threads")
+    parts = []
+    if rest.get("performance_hint"):
+        parts.append(f"{rest['performance_hint']} hint")
+        streams = rest.get("num_streams")
+        parts.append(f"{streams} stream{'s' if streams != 1 else ''}" if streams else "the plugin's streams")
+    if sessions != 1 or not parts:
+        parts.insert(0, f"{sessions} session{'s' if sessions != 1 else ''}")
+    if threads is not None:
+        parts.append(f"{threads} thread{'s' if threads != 1 else ''}" + (" each" if sessions > 1 else ""))
+    return ", ".join(parts)

@@ -1,0 +1,192 @@
+"""Serving as the deployment will: the settings each runtime offers grow with the cores and the
+requests at once; a pool serves concurrent requests with the same outputs as one session; the
+closed-loop load counts requests and latency percentiles; the serving verdict keeps the plan
+only where it serves at least as many requests as the default with the bound held."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.backends.runtimes import runtime_of
+from metainfer_core.decide.serve import ServingVerdict, one_at_a_time, overrule, serve_verdict
+from metainfer_core.decide.stage import Decision
+from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.serving.load import LoadFigures, under_load
+from metainfer_core.serving.measure import serve_all
+from metainfer_core.serving.options import describe, doublings
+from metainfer_core.serving.pool import pool_on
+from metainfer_core.settings import ServingSettings
+from metainfer_core.zoo import build
+
+from twins import backend
+
+
+def test_the_settings_offered_grow_with_a_16_core_target_and_the_requests_at_once():
+    ort = runtime_of("onnxruntime").serving_options(16, 8)
+    assert [(o["sessions"], o["intra_op_threads"]) for o in ort] == [(1, 16), (2, 8), (4, 4), (8, 2)]
+    ov = runtime_of("openvino").serving_options(16, 8)
+    assert ov[0] == {"performance_hint": "LATENCY", "num_streams": 1, "intra_op_threads": 16}
+    assert [o.get("num_streams") for o in ov[1:]] == [None, 2, 4, 8]      # None: the plugin picks
+    assert all(o["performance_hint"] == "THROUGHPUT" for o in ov[1:])
+    # one request at a time: nothing to trade, one setting each
+    assert runtime_of("onnxruntime").serving_options(16, 1) == [{"sessions": 1, "intra_op_threads": 16}]
+    assert len(runtime_of("openvino").serving_options(16, 1)) == 1
+    # on two cores, two requests: at most two sessions of one thread
+    assert [(o["sessions"], o["intra_op_threads"]) for o in runtime_of("onnxruntime").serving_options(2, 2)] == \
+        [(1, 2), (2, 1)]
+    assert doublings(6) == [1, 2, 4, 6]
+    assert describe({"sessions": 2, "intra_op_threads": 1}) == "2 sessions, 1 thread each"
+    assert describe({"performance_hint": "THROUGHPUT", "intra_op_threads": 2}) == \
+        "THROUGHPUT hint, the plugin's streams, 2 threads"
+
+
+def test_the_serving_group_sets_the_threads_a_request_gets(settings_for):
+    assert settings_for().target.spec["intra_op_threads"] == 1          # serving=latency: one core
+    s = settings_for("serving=throughput", "serving.threads=4", "serving.concurrency=2")
+    assert (s.serving.cores, s.serving.request_threads, s.serving.under_load) == (4, 2, True)
+    assert s.target.spec["intra_op_threads"] == 2
+    assert settings_for("serving.threads=0").target.spec["intra_op_threads"] == s.serving.__class__(threads=0).cores
+
+
+def test_a_target_spec_naming_its_own_threads_is_refused_for_the_serving_group(settings_for):
+    with pytest.raises(Exception, match="serving.threads"):
+        settings_for("+target.spec.intra_op_threads=2")
+
+
+@pytest.mark.parametrize("runtime,setting", [
+    ("onnxruntime", {"sessions": 2, "intra_op_threads": 1}),
+    ("onnxruntime", {"sessions": 1, "intra_op_threads": 2}),
+    ("openvino", {"performance_hint": "THROUGHPUT", "num_streams": 2, "intra_op_threads": 2}),
+])
+def test_a_pool_serves_concurrent_requests_with_one_sessions_outputs(runtime, setting):
+    model = build("mlp", seed=0)
+    host = backend("cpu")
+    path = ExecutionPath(runtime, "f32")
+    feeds = [random_feeds(model, seed=i) for i in range(8)]
+    want = [host.compile(model).run(f) for f in feeds]
+    spec = host.path_backend(path).spec
+    pool = pool_on(runtime_of(runtime), path, model, spec, setting, 3, feeds[0])
+    assert pool.size == (3 if runtime == "openvino" or setting["sessions"] == 1 else 4)
+    got: dict[int, list] = {}
+
+    def client(i: int) -> None:
+        for k in range(i, len(feeds), 4):
+            got[k] = pool.run(feeds[k])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, w in enumerate(want):
+        for a, b in zip(got[k], w):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_closed_loop_load_counts_requests_and_percentiles_and_keeps_an_error():
+    model = build("mlp", seed=0)
+    compiled = backend("cpu").compile(model)
+    feeds = random_feeds(model, seed=0)
+    f = under_load(compiled.run, feeds, 2, 0.3, warm_s=0.05)
+    assert f.error is None and f.requests > 10 and f.seconds >= 0.3
+    assert f.percentile(50) <= f.percentile(90) <= f.percentile(99)
+    assert f.throughput_per_s == pytest.approx(f.requests / f.seconds)
+    calls = [0]
+
+    def failing(_):
+        calls[0] += 1
+        if calls[0] > 3:
+            raise RuntimeError("device lost")
+
+    bad = under_load(failing, feeds, 2, 5.0, warm_s=0)
+    assert bad.error == "RuntimeError: device lost" and bad.seconds < 5.0
+
+
+def test_serve_all_measures_every_plan_with_every_setting_and_reports_a_refused_one():
+    model = build("mlp", seed=0)
+    feeds = random_feeds(model, seed=0)
+    settings = {"default": [{"sessions": 1, "intra_op_threads": 1}, {"sessions": 2, "intra_op_threads": 1}],
+                "plan": [{"sessions": 1, "intra_op_threads": 1, "graph_optimization_level": "NO_SUCH_LEVEL"}]}
+    out = serve_all(backend("cpu"), [("default", model), ("plan", model)], settings, feeds, 2, 0.2)
+    assert [f.error for f in out["default"]] == [None, None] and all(f.requests > 0 for f in out["default"])
+    assert out["plan"][0].error and out["plan"][0].requests == 0
+
+
+def _figures(per_s: float, p99: float, n: int = 100) -> LoadFigures:
+    """n requests in n / per_s seconds, latencies spread up to p99 (a fake server's answer)."""
+    return LoadFigures(list(np.linspace(p99 / 2, p99, n)), n / per_s)
+
+
+def _verdict(default: list[LoadFigures], plan: list[LoadFigures] | None, bound_ms=None) -> ServingVerdict:
+    serving = ServingSettings(name="throughput", threads=2, concurrency=2, bound_ms=bound_ms)
+    model = build("mlp", seed=0)
+
+    def server(backend, models, settings, feed, concurrency, duration_s):      # the extension point's fake
+        assert concurrency == 2 and [m for m, _ in models] == ["default"] + (["p"] if plan else [])
+        assert len(settings["default"]) == 2        # onnxruntime on 2 cores, 2 requests: 1x2 and 2x1
+        return {"default": default, **({"p": plan} if plan else {})}
+
+    return serve_verdict(serving, None, model, model if plan else None, "p", {}, 1.0, server)
+
+
+def test_the_plan_is_served_only_where_it_serves_more_with_the_bound_held():
+    wins = _verdict([_figures(100, 2.0), _figures(150, 2.5)], [_figures(170, 2.0), _figures(160, 2.0)])
+    assert wins.keeps_plan and wins.plan.throughput == pytest.approx(170) and wins.default.throughput == pytest.approx(150)
+    assert wins.bound_ms == pytest.approx(3.0)      # bound_x (3) x the default alone (1 ms)
+    assert wins.record()["setting"] == {"sessions": 1, "intra_op_threads": 2}
+    loses = _verdict([_figures(100, 2.0), _figures(150, 2.5)], [_figures(120, 2.0), _figures(130, 2.0)])
+    assert not loses.keeps_plan and "the default serves more" in loses.reason
+    assert loses.plan is loses.default
+    # the plan's faster setting misses the bound, its other one serves less than the default: the default
+    bound = _verdict([_figures(100, 2.0), _figures(110, 2.5)], [_figures(300, 9.0), _figures(90, 2.0)], bound_ms=4.0)
+    assert not bound.keeps_plan and bound.plan.label == "default"
+    # nothing adopted: the default's best setting is recorded
+    kept = _verdict([_figures(100, 2.0), _figures(150, 2.5)], None)
+    assert kept.keeps_plan and kept.record()["setting"] == {"sessions": 2, "intra_op_threads": 1}
+
+
+def test_a_plan_losing_under_load_rolls_the_decision_back_naming_the_load():
+    v = _verdict([_figures(100, 2.0), _figures(150, 2.5)], [_figures(120, 2.0), _figures(130, 2.0)])
+    d = Decision("adapted", "faster", 0, {"p": "chosen"}, basis="faster")
+    overrule(d, v)
+    assert (d.decision, d.chosen) == ("rolled_back", None)
+    assert "2 requests at once on 2 cores" in d.reason and "the default serves more" in d.verdicts["p"]
+
+
+def test_one_request_at_a_time_measures_nothing_again():
+    v = one_at_a_time(ServingSettings())
+    assert v.keeps_plan and v.record()["setting"] == {"sessions": 1, "intra_op_threads": 1} and not v.measured
+
+
+def test_load_plan_serves_with_the_recorded_setting_from_several_threads(tmp_path):
+    import json
+
+    import onnx
+
+    from metainfer_core.plan.deployable import load_plan
+    from plan_content import plan_content
+
+    model = build("mlp", seed=0)
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    path = {"runtime": "onnxruntime", "precision": "f32", "settings": {"providers": ["CPUExecutionProvider"],
+                                                                         "intra_op_threads": 1}}
+    serving = {"mode": "throughput", "cores": 2, "concurrency": 2, "setting": {"sessions": 2, "intra_op_threads": 1}}
+    (tmp_path / "plan.json").write_text(json.dumps(plan_content(execution_path=path, serving=serving)))
+    plan = load_plan(tmp_path)
+    feeds = random_feeds(model, seed=3)
+    want = backend("cpu").compile(model).run(feeds)
+    outs = []
+    threads = [threading.Thread(target=lambda: outs.append(plan(feeds))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outs) == 4 and all(np.allclose(o[0], want[0], rtol=1e-5, atol=1e-6) for o in outs)
+    pool = plan.pool(feeds)
+    assert pool.size == 2 and pool.setting == serving["setting"] and pool.run(feeds) is not None
+    # one request at a time (no serving record): the compiled model itself, no pool
+    (tmp_path / "plan.json").write_text(json.dumps(plan_content(execution_path=path)))
+    assert load_plan(tmp_path)._compile_one is None
