@@ -17,7 +17,7 @@ from app.settings import RunSettings, validate_settings
 from metainfer_core.errors import MetaInferError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("model", "target", "action_space", "weights", "search", "tracking", "predictor", "deploy")
+GROUPS = ("model", "target", "action_space", "weights", "search", "tracking", "predictor", "serving", "deploy")
 # Free-form mappings: an override replaces the whole mapping (Hydra would merge it into the
 # default and, in struct mode, refuse keys the default lacks, e.g. a file model's input names;
 # merged, 'target.spec.peak_gflops={}' would silently keep every default dtype).

@@ -122,6 +122,8 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
     if decision.confirmations:
         timings["confirm_s"] = sum(c.seconds for c in decision.confirmations) + (
             sum(c.seconds for _, c in decision.across.points) if decision.across else 0.0)
+    if serving.measured:
+        timings["serve_s"] = serving.seconds
     timings["total_s"] = budget.elapsed()
     return stage_run(s.artifacts, run_name, prepared, chosen_model, lambda artifact: build_plan(
         settings=s, info=backend.info, prepared=prepared, profile_report=profile_report,

@@ -92,6 +92,15 @@ def _log_outcome(client: MlflowClient, s: RunSettings, run_id: str, plan: Plan, 
     chosen_ms, default_ms = plan.measured.latency_ms, plan.baseline.latency_ms
     if chosen_ms and default_ms:
         metrics.append(Metric("speedup", default_ms / chosen_ms, 0, 0))
+    served = plan.serving or {}
+    for who in ("plan", "default"):      # under the deployment's load (serving=throughput)
+        figures = served.get(who) or {}
+        for k in ("throughput_per_s", "p50_ms", f"p{served.get('percentile', 99):g}_ms"):
+            if isinstance(figures.get(k), (int, float)):
+                metrics.append(Metric(f"serving.{who}.{k}", float(figures[k]), 0, 0))
+    if served:
+        tags.append(RunTag("serving", f"{served.get('mode')}: {served.get('concurrency')} at once, "
+                                      f"{served.get('cores')} cores"))
     metrics.append(Metric("n_actions", float(len(plan.actions)), 0, 0))
     metrics.append(Metric("n_warnings", float(len(plan.warnings)), 0, 0))
     client.log_batch(run_id, metrics=metrics, tags=tags)

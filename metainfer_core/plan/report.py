@@ -9,6 +9,7 @@ from typing import Any
 
 from metainfer_core.actions import ACTIONS
 from metainfer_core.search.beam import depth_reasons
+from metainfer_core.plan.serving_report import serving_line, serving_section
 from metainfer_core.plan.shapes_report import shapes_section
 
 
@@ -144,7 +145,7 @@ def _where(c: dict) -> str:
     return f"in {n} fresh processes, pooled" if n > 1 else "in a process of its own"
 
 
-STAGES = ("normalize", "profile", "train", "search", "verify", "confirm", "compile", "total")
+STAGES = ("normalize", "profile", "train", "search", "verify", "confirm", "serve", "compile", "total")
 
 
 def stage_text(plan: dict) -> str:
@@ -214,6 +215,9 @@ def summary_text(plan: dict, report_path: str | None = None) -> str:
     if target.get("measurement") == "modeled" and target.get("note"):
         lines.append(f"note: {target['note']}")         # the table's latencies are not measurements
     lines.append(f"why: {named_reason(plan)}")
+    served = serving_line(plan)
+    if served:
+        lines.append(served)
     lines.append(f"stages: {stage_text(plan)}")
     if plan.get("search"):
         lines.append(f"search: {search_text(plan['search'])}")
@@ -294,6 +298,7 @@ def plan_markdown(plan: dict, plots: list[tuple[str, str]] = ()) -> str:
     out += ["", f"## Default vs {_kept(plan)}", "",
             *_md_table(("", "default", _kept(plan), "change"), comparison_rows(plan)), "", latency_note(plan), ""]
     out += shapes_section(plan)
+    out += serving_section(plan)
     out += ["## Candidates verified", "",
             "Predicted by the cost model, measured by verify on the target (median latency over interleaved runs); "
             f"{_judged_words(plan)}.", ""]

@@ -1,0 +1,46 @@
+"""How the plan is served, in words: the terminal summary's line and plan.md's section (every
+plan x serving setting measured under the deployment's load, requests per second and latency
+percentiles, which one serves)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def _threads(n: Any) -> str:
+    return f"{n} thread{'s' if n != 1 else ''}"
+
+
+def serving_line(plan: dict) -> str | None:
+    """'serving: 2 requests at once on 2 cores: 412/s, p99 6.1 ms (2 sessions, 1 thread each)', or
+    one request at a time; None for a plan.json without the record."""
+    s = plan.get("serving")
+    if not s:
+        return None
+    if (s.get("concurrency") or 1) <= 1:
+        return f"serving: one request at a time, {_threads(s.get('request_threads'))} (serving={s.get('mode')})"
+    served, q = s.get("plan") or {}, f"p{s.get('percentile', 99):g}"
+    figures = (f"{served['throughput_per_s']:.4g}/s, {q} {served.get(f'{q}_ms', float('nan')):.4g} ms "
+               f"({served.get('described')})" if served.get("throughput_per_s") else "not measured")
+    bound = s.get("bound_ms")
+    return (f"serving: {s['concurrency']} requests at once on {s.get('cores')} cores: {figures}"
+            + (f"; {q} bound {bound:.4g} ms" if bound else ""))
+
+
+def serving_section(plan: dict) -> list[str]:
+    """plan.md's lines (none at one request at a time)."""
+    s = plan.get("serving")
+    if not s or (s.get("concurrency") or 1) <= 1:
+        return []
+    q = f"p{s.get('percentile', 99):g}"
+    out = ["## Served under load", "",
+           f"{s['concurrency']} requests at once on {s.get('cores')} cores (closed loop: each client sends its next "
+           f"request when answered), each plan with every serving setting its runtime offers, in a process of its "
+           f"own. The {q} latency bound is {s.get('bound_ms', float('nan')):.4g} ms. {s.get('reason', '')}.", "",
+           f"| plan | setting | requests/s | p50 ms | {q} ms | holds the bound |", "|---|---|---|---|---|---|"]
+    for m in s.get("measured") or []:
+        if m.get("error"):
+            out.append(f"| {m['label']} | {m['described']} | failed: {m['error']} | | | |")
+            continue
+        out.append(f"| {m['label']} | {m['described']} | {m['throughput_per_s']:.4g} | {m['p50_ms']:.4g} | "
+                   f"{m.get(f'{q}_ms', float('nan')):.4g} | {'yes' if m['holds_bound'] else 'no'} |")
+    return out + [""]
