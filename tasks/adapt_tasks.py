@@ -29,7 +29,8 @@ from metainfer_core.decide.stage import decide_stage
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.stage import profile_stage
 from metainfer_core.plan.deployable import path_record
-from metainfer_core.plan.record import RunFolder, build_plan, read_plan
+from metainfer_core.plan.plan_file import read_plan
+from metainfer_core.plan.record import RunFolder, build_plan
 from metainfer_core.plan.report import summary_text
 from metainfer_core.plan.run_folder import stage_run
 from metainfer_core.plan.schema import Plan
@@ -110,10 +111,8 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
                   + ("pays" if c.pays else "does not pay"))
     if decision.across is not None:
         _progress(f"confirm: {decision.across.words()}")
-    serving = serving_stage(s, backend, decision, chosen, prepared, verified, serve_isolated if measured_here else None,
-                            _progress)
-    if not serving.keeps_plan:
-        chosen = None
+    serving, chosen = serving_stage(s, backend, decision, verified, prepared,
+                                    serve_isolated if measured_here else None, _progress)
     _progress(f"decision: {decision.decision}: {decision.reason}")
     calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
                                        verified, cost_model.meta.fingerprint_version)

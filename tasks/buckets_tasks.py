@@ -14,7 +14,7 @@ from prefect.cache_policies import NO_CACHE
 from app.progress import say as _progress
 from metainfer_core.normalize.shape_range import describe
 from metainfer_core.plan.bucketed import buckets_record, write_buckets
-from metainfer_core.plan.record import read_plan
+from metainfer_core.plan.plan_file import read_plan
 from metainfer_core.prepare.buckets import BucketLayout, bucket_layout
 from metainfer_core.prepare.stage import load_original
 from tasks.adapt_tasks import Run

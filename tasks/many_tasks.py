@@ -14,7 +14,7 @@ from prefect.task_runners import ProcessPoolTaskRunner, TaskRunner, ThreadPoolTa
 
 from app.settings import RunSettings
 from metainfer_core.plan import run_warnings
-from metainfer_core.plan.record import read_plan
+from metainfer_core.plan.plan_file import read_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("model", "decision", "actions", "default_ms", "chosen_ms", "speedup", "accuracy_loss", "plan")

@@ -1,11 +1,13 @@
-"""The serving verdict (serving.concurrency > 1): the plan the latency decision kept and the
-default are each served under the deployment's load with every serving setting their runtime
-offers (serving/measure.py, in a process of its own); each one's best setting is the one with
-the most requests per second whose latency percentile holds the bound. The plan is served only
-if it serves at least as many requests as the default beyond noise allows; else the default is
-(a plan that wins one request at a time can lose under load: memory-bound, or a runtime's
-threads oversubscribing the cores). With one request at a time there is nothing to choose: the
-setting is one session at the serving threads, and nothing is measured again."""
+"""The serving verdict (serving.concurrency > 1): the default, the plan the latency decision
+kept and, on each execution path, the servable candidate verify timed fastest are each served
+under the deployment's load with every serving setting their runtime offers
+(serving/measure.py, in a process of its own); each one's best setting is the one with the most
+requests per second whose latency percentile holds the bound. The plan served is the one that
+serves most: the kept plan unless another serves more beyond noise, and no plan unless it
+serves at least as many requests as the default (a plan that wins one request at a time can
+lose under load: memory-bound, or a runtime's threads oversubscribing the cores; another
+runtime can win there: OpenVINO's streams). With one request at a time there is nothing to
+choose: the setting is one session at the serving threads, and nothing is measured again."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.serving.load import LoadFigures
 from metainfer_core.serving.measure import settings_for
 from metainfer_core.serving.options import Setting, describe
@@ -71,17 +74,22 @@ def one_at_a_time(serving) -> ServingVerdict:
                                  f"{serving.request_threads} thread{'s' if serving.request_threads != 1 else ''})")
 
 
-def serve_verdict(serving, backend, default: onnx.ModelProto, plan: onnx.ModelProto | None, plan_label: str,
-                  feed: dict[str, np.ndarray], default_alone_ms: float, server: LoadServer) -> ServingVerdict:
-    """`plan`: the one the latency decision kept (None: the default); `default_alone_ms`: the
-    default's latency one request at a time (the bound's yardstick when serving.bound_ms is
-    not given); `server`: how plans are served under load (verify/worker.serve_isolated)."""
+def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[str, onnx.ModelProto]],
+                  kept: str | None, feed: dict[str, np.ndarray], default_alone_ms: float,
+                  server: LoadServer) -> ServingVerdict:
+    """`plans`: the verified plans to serve beside the default, by label; `kept`: the one the
+    latency decision kept (None: the default); `default_alone_ms`: the default's latency one
+    request at a time (the bound's yardstick when serving.bound_ms is not given); `server`: how
+    plans are served under load (verify/worker.serve_isolated). The plan served is the one
+    with the most requests per second (the bound held first); the kept plan stands unless
+    another serves more beyond noise, and any plan must not serve fewer than the default
+    beyond noise (a plan the latency decision did not keep must serve more)."""
     import time
 
     t0 = time.perf_counter()
     v = ServingVerdict(serving.name, serving.cores, serving.concurrency, serving.request_threads,
                        serving.percentile, serving.bound_ms or serving.bound_x * default_alone_ms)
-    models = [("default", default)] + ([(plan_label, plan)] if plan is not None else [])
+    models = [("default", default)] + list(plans)
     settings = {label: settings_for(m, serving.cores, serving.concurrency) for label, m in models}
     figures = server(backend, models, settings, feed, serving.concurrency, serving.duration_s)
     q = serving.percentile
@@ -95,65 +103,109 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plan: onnx.ModelPr
             s = Served(label, setting, row, holds)
             if f.error is None and f.requests > 0 and _better(s, best.get(label)):
                 best[label] = s
-    v.default = best.get("default")
-    v.plan = best.get(plan_label) if plan is not None else v.default
     v.seconds = time.perf_counter() - t0
-    if v.default is None:
-        v.keeps_plan, v.reason = plan is not None and v.plan is not None, "the default did not serve under the load"
-    elif plan is None:
-        v.reason = f"the default served best with {_words(v.default, q)}"
-    elif v.plan is None:
-        v.keeps_plan, v.reason = False, f"the plan did not serve under the load ({_errors(v.measured, plan_label)})"
-    elif v.default.holds_bound and not v.plan.holds_bound:
-        v.keeps_plan, v.reason = False, (f"under the load the plan's p{q:g} misses the {v.bound_ms:.4g} ms bound "
-                                         f"({_words(v.plan, q)}), the default's holds it ({_words(v.default, q)})")
-    elif v.plan.throughput < v.default.throughput * (1 - LOAD_NOISE):
-        v.keeps_plan, v.reason = False, (f"under the load the default serves more: {_words(v.default, q)}, against "
-                                         f"the plan's {_words(v.plan, q)}")
-    else:
-        v.reason = (f"under the load the plan serves {v.plan.throughput / v.default.throughput:.2f}x the default's "
-                    f"requests: {_words(v.plan, q)}, against the default's {_words(v.default, q)}")
-    if not v.keeps_plan:
-        v.plan = v.default
+    v.default = best.get("default")
+    ranked = sorted((s for label, s in best.items() if label != "default"),
+                    key=lambda s: (s.holds_bound, s.throughput), reverse=True)
+    top, standing = (ranked[0] if ranked else None), best.get(kept) if kept else None
+    if top is not None and standing is not None and top is not standing and \
+            (standing.holds_bound or not top.holds_bound) and standing.throughput >= top.throughput * (1 - LOAD_NOISE):
+        top = standing          # the kept plan, confirmed one request at a time, serves as much within noise
+    v.plan, v.keeps_plan, v.reason = _judged(v, top, kept, q)
+    if not any(s.holds_bound for s in best.values()):
+        v.reason += (f" (no setting of any plan held the p{q:g} bound of {v.bound_ms:.4g} ms under this load: "
+                     "the most requests per second decided)")
     return v
 
 
-def overrule(d, v: ServingVerdict) -> None:
-    """A plan that paid one request at a time but not under the load: the default is kept
-    (`d`: decide/stage's Decision, changed in place); its latency alone is the confirmation's."""
-    if v.keeps_plan or d.chosen is None:
+def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float) -> tuple[Served | None, bool, str]:
+    """(the plan served, whether it is a plan rather than the default, why)."""
+    d = v.default
+    if d is None:
+        return top, top is not None, "the default did not serve under the load"
+    if top is None:
+        return d, False, ("the default served best with " + _words(d, q) if kept is None else
+                          f"the plan did not serve under the load ({_errors(v.measured, kept)})")
+    if d.holds_bound and not top.holds_bound:
+        return d, False, (f"under the load {top.label}'s p{q:g} misses the {v.bound_ms:.4g} ms bound "
+                          f"({_words(top, q)}), the default's holds it ({_words(d, q)})")
+    need = 1 - LOAD_NOISE if top.label == kept else 1 + LOAD_NOISE
+    if top.throughput < d.throughput * need:
+        return d, False, (f"under the load the default serves {'more' if need < 1 else 'as much'}: {_words(d, q)}, "
+                          f"against {top.label}'s {_words(top, q)}")
+    return top, True, (f"under the load {top.label} serves {top.throughput / d.throughput:.2f}x the default's "
+                       f"requests: {_words(top, q)}, against the default's {_words(d, q)}")
+
+
+def overrule(d, v: ServingVerdict, index: dict[str, int]) -> None:
+    """The decision as the load left it (`d`: decide/stage's Decision, changed in place; `index`:
+    candidate label -> its index): the default kept where no plan serves more (its latency
+    alone is the confirmation's), or another verified plan adopted where it serves more."""
+    served = v.plan.label if v.plan is not None and v.keeps_plan else "default"
+    kept = next((k for k, i in index.items() if i == d.chosen), None) if d.chosen is not None else None
+    if served == (kept or "default"):
         return
-    label = v.measured[-1]["label"] if v.measured else "the plan"
-    d.verdicts[label] = d.verdicts.get(label, "") + f"; not kept under the load: {v.reason}"
-    d.default_alone = next((c for c in d.confirmations if c.pays and not c.error), d.default_alone)
-    d.decision, d.chosen, d.basis = "rolled_back", None, ""
-    d.reason = (f"{label} paid one request at a time, but not served as the deployment serves it "
-                f"({v.concurrency} requests at once on {v.cores} cores): {v.reason}")
+    if kept is not None:      # plan.md names the chosen plan by its verdict's first word
+        d.verdicts[kept] = f"not served under the load: {v.reason} (one request at a time: {d.verdicts.get(kept)})"
+        d.default_alone = next((c for c in d.confirmations if c.pays and not c.error), d.default_alone)
+    where = f"{v.concurrency} requests at once on {v.cores} cores"
+    if served == "default":
+        d.decision, d.chosen, d.basis = "rolled_back", None, ""
+        d.reason = f"{kept} paid one request at a time, but not served as the deployment serves it ({where}): {v.reason}"
+        return
+    d.decision, d.chosen, d.basis = "adapted", index[served], "throughput"
+    d.verdicts[served] = f"chosen under the load: {v.reason} (one request at a time: {d.verdicts.get(served)})"
+    d.reason = (f"served as the deployment serves it ({where}), {v.reason}"
+                + (f"; {kept}, kept one request at a time, served less" if kept else ""))
 
 
-def serving_stage(s, backend, decision, chosen, prepared, verified, server: LoadServer | None, say) -> ServingVerdict:
-    """How the plan is served: under the deployment's load where several requests come at once
-    and `server` can serve plans on the device (None: a modeled target, a remote one), the
-    decision overruled in place where the plan loses there; else as verified. `chosen`: the
-    search candidate decide kept (None: the default); `say`: progress lines."""
+def servable(c, max_loss: float, memory_limit: int) -> bool:
+    """A verified candidate that may be served: it ran, within the accuracy bound (held out and at
+    the range's points) and the memory limit."""
+    worst = max(c.point_losses.values(), default=0.0)
+    return c.ok and c.accuracy_loss <= max_loss and worst <= max_loss and c.peak_mem_bytes <= memory_limit
+
+
+def to_serve(verified, kept: int | None, max_loss: float, memory_limit: int, path_of) -> list[int]:
+    """The candidates served under load beside the default: the kept one, and on each execution
+    path the servable one verify timed fastest (`path_of(i)`: candidate i's path label): the
+    path that wins one request at a time is not always the one that wins under load."""
+    out = [kept] if kept is not None else []
+    fastest: dict[str, int] = {}
+    for i, c in enumerate(verified.candidates):
+        if servable(c, max_loss, memory_limit):
+            p = path_of(i)
+            if p not in fastest or c.latency_ms < verified.candidates[fastest[p]].latency_ms:
+                fastest[p] = i
+    return out + [i for i in fastest.values() if i != kept]
+
+
+def serving_stage(s, backend, decision, verified, prepared, server: LoadServer | None, say):
+    """How the plan is served: (the verdict, the candidate served or None for the default). Under
+    the deployment's load where several requests come at once and `server` can serve plans on
+    the device (None: a modeled target, a remote one): the kept plan and each path's fastest
+    servable candidate beside the default, the decision changed in place as the load leaves
+    it; else as verified. `say`: progress lines."""
+    chosen = lambda: verified.plans[decision.chosen] if decision.chosen is not None else None  # noqa: E731
     if not (s.serving.under_load and server is not None and verified.baseline.ok):
-        return one_at_a_time(s.serving)
+        return one_at_a_time(s.serving), chosen()
     alone = decision.default_alone or next((c for c in decision.confirmations if c.pays and not c.error), None)
     default_ms = alone.default_ms if alone is not None and not alone.error else verified.baseline.latency_ms
-    plan = chosen.model if chosen is not None else None
-    label = verified.candidates[decision.chosen].label if decision.chosen is not None else "default"
-    say(f"serve: {s.serving.concurrency} requests at once on {s.serving.cores} cores: "
-        f"{'the plan and ' if plan is not None else ''}the default with each serving setting "
-        f"({s.serving.duration_s:g} s each)")
-    v = serve_verdict(s.serving, backend, prepared.model, plan, label, prepared.feeds[0], default_ms, server)
+    served = to_serve(verified, decision.chosen, s.accuracy.max_loss, backend.info.memory_limit_bytes,
+                      lambda i: ExecutionPath.of(verified.plans[i].model).label)
+    plans = [(verified.candidates[i].label, verified.plans[i].model) for i in served]
+    kept = verified.candidates[decision.chosen].label if decision.chosen is not None else None
+    say(f"serve: {s.serving.concurrency} requests at once on {s.serving.cores} cores: the default"
+        + "".join(f", {label}" for label, _ in plans) + f" with each serving setting ({s.serving.duration_s:g} s each)")
+    v = serve_verdict(s.serving, backend, prepared.model, plans, kept, prepared.feeds[0], default_ms, server)
     q = f"p{v.percentile:g}_ms"
     for m in v.measured:
         say(f"serve: {m['label']} with {m['described']}: " + (m["error"] or (
             f"{m['throughput_per_s']:.4g}/s, p50 {m['p50_ms']:.4g} ms, p{v.percentile:g} {m[q]:.4g} ms"
             + ("" if m["holds_bound"] else f" (over the {v.bound_ms:.4g} ms bound)"))))
     say(f"serve: {v.reason}")
-    overrule(decision, v)
-    return v
+    overrule(decision, v, {verified.candidates[i].label: i for i in served})
+    return v, chosen()
 
 
 def _better(s: Served, other: Served | None) -> bool:

@@ -27,7 +27,7 @@ from metainfer_core.backends.runtimes import find
 from metainfer_core.errors import MetaInferError
 from metainfer_core.normalize.shape_range import Ranges, from_json, outside
 from metainfer_core.plan.bucketed import BUCKETS_FILE, BucketedPlan, load_buckets
-from metainfer_core.plan.record import read_plan
+from metainfer_core.plan.plan_file import read_plan
 from metainfer_core.serving.options import split_setting
 from metainfer_core.serving.pool import Pool, open_pool
 
@@ -68,6 +68,11 @@ class Deployed:
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         return self.run(feeds)
+
+    @property
+    def pooled(self) -> bool:
+        """Served by a pool of the recorded setting (several requests at once), not one session."""
+        return self._compile_one is not None
 
     def run(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         self._check(feeds)
@@ -131,5 +136,8 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed | 
 
     pooled = sessions > 1 or int(serving.get("concurrency") or 1) > 1
     inits = {i.name for i in model.graph.initializer}
-    return Deployed(compile_one(overrides), record, [i.name for i in model.graph.input if i.name not in inits],
-                    [o.name for o in model.graph.output], ranges, serving, compile_one if pooled else None)
+    deployed = Deployed(compile_one(overrides), record, [i.name for i in model.graph.input if i.name not in inits],
+                        [o.name for o in model.graph.output], ranges, serving, compile_one if pooled else None)
+    if pooled and not deployed.compiled.compiles_per_shape:
+        deployed.pool({})       # its sessions compiled now, not by the first requests
+    return deployed

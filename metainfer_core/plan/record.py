@@ -1,5 +1,5 @@
 """plan.json's file and the run folder it lives in: build_plan fills the typed record
-(plan/schema.py) from the stage outputs, write_plan and read_plan store and parse it.
+(plan/schema.py) from the stage outputs, write_plan stores it (plan/plan_file.py reads it).
 
 A run writes into a hidden staging folder and renames it into place only when everything is
 written, so a failed run leaves no half-written plan behind."""
@@ -15,6 +15,7 @@ from typing import Any
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.errors import MetaInferError
 from metainfer_core.plan import run_warnings
+from metainfer_core.plan.plan_file import NODES_FILE
 from metainfer_core.plan.schema import PLAN_SCHEMA, Plan
 
 
@@ -60,7 +61,6 @@ class RunFolder:
 # touches, the kernels left on the host and why) go to this side file in the same folder, which
 # plan.json names under `node_lists`; read_plan() puts them back. The chosen plan's `actions`
 # keep their `nodes` (the contract), each list on one line.
-NODES_FILE = "plan_nodes.json"
 NODES_SCHEMA = "meta-infer/plan-nodes/v1"
 
 
@@ -104,39 +104,6 @@ def write_plan(folder: Path, plan: Plan) -> Path:
         tmp.write_text(text + "\n")
         os.replace(tmp, folder / name)
     return folder / "plan.json"
-
-
-def read_plan(path: Path) -> Plan:
-    """plan.json (`path`: the file or its run folder) with its per-node lists put back (a plan
-    written before the side file existed, or without it, reads as it is), checked against the
-    schema: a file that is not such a plan is a one-paragraph MetaInferError."""
-    path = Path(path)
-    path = path / "plan.json" if path.is_dir() else path
-    try:
-        plan = json.loads(path.read_text())
-    except ValueError as exc:
-        raise MetaInferError(f"{path} is not a meta-infer plan: it is not JSON ({exc}). It may have been cut short "
-                             "or edited by hand; run flows/adapt.py again for a complete one.") from None
-    return Plan.of(_with_node_lists(plan, path), str(path))
-
-
-def _with_node_lists(plan: Any, path: Path) -> Any:
-    """plan.json's content with the side file's per-node lists put back, where it has them."""
-    if not isinstance(plan, dict) or "node_lists" not in plan:
-        return plan
-    side = path.with_name(plan.get("node_lists") or NODES_FILE)
-    if not side.is_file():
-        return plan
-    lists = json.loads(side.read_text())["candidates"]
-    plan = {k: v for k, v in plan.items() if k != "node_lists"}
-    for c, full in zip(plan.get("candidates") or [], lists):
-        for a, nodes in zip(c.get("actions") or [], full["action_nodes"]):
-            a.pop("n_nodes", None)
-            a["nodes"] = nodes
-        if full.get("binding_host") is not None:
-            c["binding"].pop("host_kernels", None)
-            c["binding"]["host"] = full["binding_host"]
-    return plan
 
 
 def metrics_of(v: dict | None) -> dict:
@@ -192,7 +159,8 @@ def build_plan(*, settings, info, prepared, profile_report, cost_model_meta, out
     measurement = info.measurement
     baseline = verified.baseline.as_dict() if verified else None
     chosen_v = verified.candidates[decision.chosen].as_dict() if verified and decision.chosen is not None else None
-    confirmed = next((c for c in decision.confirmations if c.pays), None) if chosen_v is not None else None
+    confirmed = next((c for c in decision.confirmations if c.pays and c.label == chosen_v["label"]), None) \
+        if chosen_v is not None else None
     if confirmed is not None:   # the figures of the plan and the default timed alone together
         baseline = baseline | {"latency_ms": confirmed.default_ms, "p90_ms": confirmed.p90_default_ms}
         chosen_v = chosen_v | {"latency_ms": confirmed.plan_ms, "p90_ms": confirmed.p90_plan_ms}

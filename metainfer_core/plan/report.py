@@ -119,7 +119,8 @@ def _accuracy_rows(plan: dict, b: dict, m: dict) -> list[tuple[str, str, str, st
 
 def _confirmed(plan: dict) -> dict | None:
     """The confirmation whose figures plan.json reports (the adopted plan's), if any."""
-    return next((c for c in plan.get("confirmations") or [] if c.get("pays")), None) \
+    label = _chosen_label(plan)
+    return next((c for c in plan.get("confirmations") or [] if c.get("pays") and c.get("label") == label), None) \
         if plan.get("decision") == "adapted" else None
 
 

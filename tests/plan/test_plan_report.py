@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 from metainfer_core.actions import ACTIONS
-from metainfer_core.plan.record import read_plan, silent_problems, write_plan
+from metainfer_core.plan.plan_file import read_plan
+from metainfer_core.plan.record import silent_problems, write_plan
 from metainfer_core.plan.plots import write_plots
 from metainfer_core.plan.report import action_name, action_words, plan_markdown, plan_name, summary_text
 from metainfer_core.plan.schema import Plan
@@ -205,6 +206,7 @@ def test_held_out_and_calibration_losses_and_the_confirmed_latencies_are_shown()
     assert "Latency: the default timed alone in 5 fresh processes, pooled, 90 rounds" in plan_markdown(plan)
 
     plan.update(decision="adapted", actions=[_step("int8")])
+    plan["candidates"][0]["verdict"] = "chosen: 1.25x"
     plan["confirmations"] = [{"label": "candidate1", "pays": True, "rounds": 120, "isolated": True, "ratio": 0.8,
                               "ratio_low": 0.79, "ratio_high": 0.81, "default_ms": 2.0, "plan_ms": 1.6}]
     text = summary_text(plan)
@@ -212,3 +214,28 @@ def test_held_out_and_calibration_losses_and_the_confirmed_latencies_are_shown()
 
     plan.pop("accuracy_samples")       # a plan judged on its calibration samples: one loss row
     assert "| accuracy loss | 0 | 0 | bound 0.01 |" in plan_markdown(plan)
+
+
+def test_a_plan_served_under_load_shows_every_setting_and_the_one_chosen():
+    def row(label, setting, described, per_s, p99, holds, error=None):
+        return {"label": label, "setting": setting, "described": described, "holds_bound": holds, "error": error,
+                "throughput_per_s": per_s, "requests": 100, "seconds": 1.0, "p50_ms": p99 / 2, "p90_ms": p99 * 0.8,
+                "p99_ms": p99}
+
+    measured = [row("default", {"sessions": 1, "intra_op_threads": 2}, "1 session, 2 threads", 400, 9.0, False),
+                row("default", {"sessions": 2, "intra_op_threads": 1}, "2 sessions, 1 thread each", 500, 5.0, True),
+                row("c1", {"sessions": 2, "intra_op_threads": 1}, "2 sessions, 1 thread each", 700, 4.0, True),
+                row("c1", {"sessions": 1, "intra_op_threads": 2}, "1 session, 2 threads", 0, 0, False, "Boom: no")]
+    serving = {"mode": "throughput", "cores": 2, "concurrency": 2, "request_threads": 1, "percentile": 99,
+               "bound_ms": 6.0, "setting": measured[2]["setting"], "plan": measured[2], "default": measured[1],
+               "keeps_plan": True, "reason": "under the load the plan serves 1.40x the default's requests",
+               "measured": measured}
+    plan = Plan.of(plan_content(serving=serving)).to_dict()
+    assert "serving: 2 requests at once on 2 cores: 700/s, p99 4 ms (2 sessions, 1 thread each); p99 bound 6 ms" \
+        in summary_text(plan)
+    md = plan_markdown(plan)
+    assert "## Served under load" in md and "| default | 1 session, 2 threads | 400 | 4.5 | 9 | no |" in md
+    assert "| c1 | 1 session, 2 threads | failed: Boom: no |" in md and "1.40x the default's requests" in md
+    one = Plan.of(plan_content(serving={"mode": "latency", "cores": 1, "concurrency": 1, "request_threads": 1})).to_dict()
+    assert "serving: one request at a time, 1 thread (serving=latency)" in summary_text(one)
+    assert "Served under load" not in plan_markdown(one)

@@ -15,7 +15,8 @@ from metainfer_core.backends import backend_for
 from metainfer_core.decide.stage import Decision
 from metainfer_core.errors import MetaInferError
 from metainfer_core.fingerprint.profiler import ProfileReport
-from metainfer_core.plan.record import build_plan, read_plan, write_plan
+from metainfer_core.plan.plan_file import read_plan
+from metainfer_core.plan.record import build_plan, write_plan
 from metainfer_core.plan.schema import PLAN_SCHEMA, Plan
 from metainfer_core.search.beam import SearchResult
 from metainfer_core.search.candidate import Candidate

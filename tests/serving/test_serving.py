@@ -11,7 +11,7 @@ import pytest
 
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.runtimes import runtime_of
-from metainfer_core.decide.serve import ServingVerdict, one_at_a_time, overrule, serve_verdict
+from metainfer_core.decide.serve import ServingVerdict, one_at_a_time, overrule, serve_verdict, to_serve
 from metainfer_core.decide.stage import Decision
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.serving.load import LoadFigures, under_load
@@ -120,40 +120,78 @@ def _figures(per_s: float, p99: float, n: int = 100) -> LoadFigures:
     return LoadFigures(list(np.linspace(p99 / 2, p99, n)), n / per_s)
 
 
-def _verdict(default: list[LoadFigures], plan: list[LoadFigures] | None, bound_ms=None) -> ServingVerdict:
+def _verdict(default: list[LoadFigures], plans: dict[str, list[LoadFigures]], kept: str | None = "p",
+             bound_ms=None) -> ServingVerdict:
     serving = ServingSettings(name="throughput", threads=2, concurrency=2, bound_ms=bound_ms)
     model = build("mlp", seed=0)
 
     def server(backend, models, settings, feed, concurrency, duration_s):      # the extension point's fake
-        assert concurrency == 2 and [m for m, _ in models] == ["default"] + (["p"] if plan else [])
+        assert concurrency == 2 and [m for m, _ in models] == ["default", *plans]
         assert len(settings["default"]) == 2        # onnxruntime on 2 cores, 2 requests: 1x2 and 2x1
-        return {"default": default, **({"p": plan} if plan else {})}
+        return {"default": default, **plans}
 
-    return serve_verdict(serving, None, model, model if plan else None, "p", {}, 1.0, server)
+    return serve_verdict(serving, None, model, [(label, model) for label in plans], kept, {}, 1.0, server)
 
 
 def test_the_plan_is_served_only_where_it_serves_more_with_the_bound_held():
-    wins = _verdict([_figures(100, 2.0), _figures(150, 2.5)], [_figures(170, 2.0), _figures(160, 2.0)])
+    base = [_figures(100, 2.0), _figures(150, 2.5)]
+    wins = _verdict(base, {"p": [_figures(170, 2.0), _figures(160, 2.0)]})
     assert wins.keeps_plan and wins.plan.throughput == pytest.approx(170) and wins.default.throughput == pytest.approx(150)
     assert wins.bound_ms == pytest.approx(3.0)      # bound_x (3) x the default alone (1 ms)
     assert wins.record()["setting"] == {"sessions": 1, "intra_op_threads": 2}
-    loses = _verdict([_figures(100, 2.0), _figures(150, 2.5)], [_figures(120, 2.0), _figures(130, 2.0)])
+    loses = _verdict(base, {"p": [_figures(120, 2.0), _figures(130, 2.0)]})
     assert not loses.keeps_plan and "the default serves more" in loses.reason
     assert loses.plan is loses.default
     # the plan's faster setting misses the bound, its other one serves less than the default: the default
-    bound = _verdict([_figures(100, 2.0), _figures(110, 2.5)], [_figures(300, 9.0), _figures(90, 2.0)], bound_ms=4.0)
+    bound = _verdict([_figures(100, 2.0), _figures(110, 2.5)], {"p": [_figures(300, 9.0), _figures(90, 2.0)]},
+                     bound_ms=4.0)
     assert not bound.keeps_plan and bound.plan.label == "default"
     # nothing adopted: the default's best setting is recorded
-    kept = _verdict([_figures(100, 2.0), _figures(150, 2.5)], None)
-    assert kept.keeps_plan and kept.record()["setting"] == {"sessions": 2, "intra_op_threads": 1}
+    kept = _verdict(base, {}, kept=None)
+    assert kept.keeps_plan is False and kept.record()["setting"] == {"sessions": 2, "intra_op_threads": 1}
+    # nothing holds the bound: the most requests decide, and the reason says so
+    none = _verdict(base, {"p": [_figures(170, 9.0), _figures(160, 9.0)]}, bound_ms=1.0)
+    assert none.keeps_plan and "no setting of any plan held the p99 bound" in none.reason
+
+
+def test_another_path_that_serves_more_under_load_is_served_instead_of_the_kept_plan():
+    base = [_figures(100, 2.0), _figures(150, 2.5)]
+    # the kept plan serves 160/s, another path's plan 220/s: beyond noise, the other one
+    other = _verdict(base, {"p": [_figures(160, 2.0), _figures(150, 2.0)], "ov": [_figures(220, 2.0)] * 2})
+    assert other.keeps_plan and other.plan.label == "ov"
+    d = Decision("adapted", "faster", 0, {"p": "chosen: 1.2x", "ov": "pays but scores less"}, basis="faster")
+    overrule(d, other, {"p": 0, "ov": 3})
+    assert (d.decision, d.chosen, d.basis) == ("adapted", 3, "throughput")
+    assert d.verdicts["ov"].startswith("chosen under the load") and d.verdicts["p"].startswith("not served")
+    # within noise of the kept one: the kept plan stands (it was confirmed one request at a time)
+    near = _verdict(base, {"p": [_figures(160, 2.0)] * 2, "ov": [_figures(163, 2.0)] * 2})
+    assert near.plan.label == "p"
+    # no plan kept: another one is adopted only beyond the default's noise
+    adopt = _verdict(base, {"ov": [_figures(170, 2.0)] * 2}, kept=None)
+    assert adopt.keeps_plan and adopt.plan.label == "ov"
+    tie = _verdict(base, {"ov": [_figures(152, 2.0)] * 2}, kept=None)
+    assert not tie.keeps_plan and "serves as much" in tie.reason
 
 
 def test_a_plan_losing_under_load_rolls_the_decision_back_naming_the_load():
-    v = _verdict([_figures(100, 2.0), _figures(150, 2.5)], [_figures(120, 2.0), _figures(130, 2.0)])
+    v = _verdict([_figures(100, 2.0), _figures(150, 2.5)], {"p": [_figures(120, 2.0), _figures(130, 2.0)]})
     d = Decision("adapted", "faster", 0, {"p": "chosen"}, basis="faster")
-    overrule(d, v)
+    overrule(d, v, {"p": 0})
     assert (d.decision, d.chosen) == ("rolled_back", None)
     assert "2 requests at once on 2 cores" in d.reason and "the default serves more" in d.verdicts["p"]
+
+
+def test_each_paths_fastest_servable_candidate_is_served_beside_the_kept_one():
+    from metainfer_core.verify.measure import Verified
+
+    class V:
+        candidates = [Verified("a", 2.0, accuracy_loss=0.0), Verified("b", 1.5, accuracy_loss=0.0),
+                      Verified("c", 1.0, accuracy_loss=0.5), Verified("d", 3.0, accuracy_loss=0.0),
+                      Verified("e", 0.5, error="crashed")]
+    paths = ["onnxruntime", "onnxruntime", "openvino:f32", "openvino:f32", "openvino:f32"]
+    # c is faster on openvino but loses accuracy, e did not run: d is that path's; b is onnxruntime's
+    assert to_serve(V, 0, 0.01, 1 << 30, lambda i: paths[i]) == [0, 1, 3]
+    assert to_serve(V, None, 0.01, 1 << 30, lambda i: paths[i]) == [1, 3]
 
 
 def test_one_request_at_a_time_measures_nothing_again():
@@ -176,6 +214,7 @@ def test_load_plan_serves_with_the_recorded_setting_from_several_threads(tmp_pat
     serving = {"mode": "throughput", "cores": 2, "concurrency": 2, "setting": {"sessions": 2, "intra_op_threads": 1}}
     (tmp_path / "plan.json").write_text(json.dumps(plan_content(execution_path=path, serving=serving)))
     plan = load_plan(tmp_path)
+    assert plan.pooled and plan._pools         # opened at load: the first requests pay no compile
     feeds = random_feeds(model, seed=3)
     want = backend("cpu").compile(model).run(feeds)
     outs = []
@@ -189,4 +228,15 @@ def test_load_plan_serves_with_the_recorded_setting_from_several_threads(tmp_pat
     assert pool.size == 2 and pool.setting == serving["setting"] and pool.run(feeds) is not None
     # one request at a time (no serving record): the compiled model itself, no pool
     (tmp_path / "plan.json").write_text(json.dumps(plan_content(execution_path=path)))
-    assert load_plan(tmp_path)._compile_one is None
+    assert not load_plan(tmp_path).pooled
+
+
+def test_serving_a_plan_imports_neither_the_search_nor_the_orchestration():
+    import subprocess
+    import sys
+
+    code = ("import sys; from metainfer_core.plan.deployable import load_plan; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('catboost', 'prefect', 'hydra', 'mlflow') "
+            "or m.startswith(('metainfer_core.search', 'metainfer_core.predictor'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
