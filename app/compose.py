@@ -109,6 +109,16 @@ def load_settings(overrides: list[str]) -> tuple[RunSettings, dict]:
     return validate_settings(raw), raw
 
 
+def target_backend(name: str, **spec_changes):
+    """conf/target/<name>.yaml's backend as an adapt with the defaults builds it (so with the
+    serving group's threads on a host), `spec_changes` over its spec: for tests and benches that
+    need a target outside a run."""
+    from metainfer_core.backends import create_backend
+
+    s, _ = load_settings([f"target={name}"])
+    return create_backend(s.target.backend, s.target.name, s.target.measurement, {**s.target.spec, **spec_changes})
+
+
 def zoo_input_shapes(names: list[str]) -> dict[str, dict[str, list[int]]]:
     """Each named zoo model's deployment shapes from conf/model/<name>.yaml (compose in the main
     thread: Hydra's compose is not thread-safe)."""

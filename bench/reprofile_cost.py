@@ -11,10 +11,7 @@ import sys
 import tempfile
 import time
 
-import yaml
-
-from app.compose import CONF_DIR
-from metainfer_core.backends import create_backend
+from app.compose import target_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.onboard import zoo_models
 from metainfer_core.fingerprint.profiler import profile
@@ -22,9 +19,7 @@ from metainfer_core.fingerprint.reprofile import reprofile
 
 
 def backend(target: str, **spec):
-    cfg = yaml.safe_load((CONF_DIR / "target" / f"{target}.yaml").read_text())
-    threads = {"intra_op_threads": 1} if cfg["measurement"] == "measured" else {}   # as serving=latency gives it
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **threads, **spec})
+    return target_backend(target, **spec)
 
 
 def measure(target: str, n_models: int = 3, reps: int = 30, warmup: int = 5) -> dict:

@@ -19,9 +19,9 @@ from pathlib import Path
 import onnx
 import yaml
 
+from app.compose import target_backend
 from metainfer_core.accuracy.metric import run_cpu
 from metainfer_core.actions import ACTIONS, ActionContext
-from metainfer_core.backends import create_backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.fingerprint.profiler import profile
 from metainfer_core.ir.tensors import random_feeds
@@ -48,11 +48,6 @@ def residual_cnn(n_nodes: int, channels: int = 16, size: int = 16, seed: int = 0
         x = b.relu(b.op("Add", [y, skip]))
         block += 1
     return b.model({"output": x})
-
-
-def target_backend(name: str):
-    cfg = yaml.safe_load((ROOT / "conf" / "target" / f"{name}.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
 
 
 def search_defaults() -> dict:

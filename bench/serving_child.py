@@ -67,7 +67,7 @@ def open_config(run: Path, config: dict, concurrency: int, feed: dict) -> tuple[
     if config["kind"] == "plan":
         from metainfer_core.plan.deployable import load_plan
 
-        plan = load_plan(run)       # its pool, where it serves with one, opens on the first request
+        plan = load_plan(run)       # its pool, where it serves with one, opened at load
         serving = getattr(plan, "serving", None) or {}
         inputs = list(getattr(plan, "inputs", None) or feed)     # a bucketed plan takes the feeds as they come
         return plan.run, inputs, _plugin_streams(getattr(plan, "compiled", None)) | {"setting": serving.get("setting")}

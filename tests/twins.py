@@ -4,11 +4,10 @@ the weights the search tests score with. Imported by the tests; holds no tests i
 from __future__ import annotations
 
 import numpy as np
-import yaml
 
 from metainfer_core.backends import create_backend
 from metainfer_core.search import Weights
-from app.compose import CONF_DIR
+from app.compose import target_backend
 
 # the host target as conf/target/cpu.yaml has it, OpenVINO's CPU plugin offered beside ONNX Runtime
 HOST_SPEC = {"providers": ["CPUExecutionProvider"], "intra_op_threads": 1, "memory_limit_bytes": 1 << 33,
@@ -18,9 +17,7 @@ BALANCED = Weights(1.0, 0.3, 1.0, 0.02)
 
 def backend(name: str, **spec_changes):
     """The backend of target `name` from conf/target/<name>.yaml, with spec entries overridden."""
-    cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
-    threads = {"intra_op_threads": 1} if cfg["measurement"] == "measured" else {}   # as serving=latency gives it
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], {**cfg["spec"], **threads, **spec_changes})
+    return target_backend(name, **spec_changes)
 
 
 def host():

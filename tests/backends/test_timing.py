@@ -3,11 +3,9 @@ the extension point it drives); that warm runs are what verify reports is a meas
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from metainfer_core.backends import create_backend
 from metainfer_core.backends.timing import SETTLE, SETTLE_BELOW_MS, interleaved, runs_per_sample, settle_runs
-from app.compose import CONF_DIR
+from app.compose import target_backend
 
 
 class Recorder:
@@ -48,8 +46,7 @@ def test_a_long_graph_settles_only_before_its_first_sample():
 
 
 def _backend(name: str):
-    cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+    return target_backend(name)
 
 
 def test_only_measured_targets_settle():

@@ -68,14 +68,9 @@ def test_new_version_predictor_is_fine_tuned_from_the_previous_one(library, tmp_
 # --- every execution path of the cpu target (ONNX Runtime, OpenVINO f32 / bf16), measured for real ---
 
 def _cpu(**spec_changes):
-    import yaml
+    from app.compose import target_backend
 
-    from metainfer_core.backends import create_backend
-    from app.compose import CONF_DIR
-
-    cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"],
-                          {**cfg["spec"], "intra_op_threads": 1, **spec_changes})
+    return target_backend("cpu", **spec_changes)
 
 
 def _ov_hint(hint: str) -> dict:

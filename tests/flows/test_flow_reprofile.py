@@ -93,18 +93,14 @@ def test_cpu_reprofile_covers_every_execution_path(run_flow, migrated, tmp_path)
     path's typical kernels the first time, compared with their own records the second, and a
     changed OpenVINO setting is a new version of those paths only."""
     import openvino  # noqa: F401  (pinned in requirements.lock: the cpu paths below are OpenVINO's)
-    import yaml
-
-    from metainfer_core.backends import create_backend
     from metainfer_core.fingerprint import FingerprintLibrary
     from metainfer_core.fingerprint.profiler import profile
     from metainfer_core.normalize import normalize
     from metainfer_core.zoo import build
-    from app.compose import CONF_DIR
+    from app.compose import target_backend
 
     migrated(tmp_path)
-    cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
-    cpu = create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+    cpu = target_backend("cpu")
     library = FingerprintLibrary(f"sqlite:///{tmp_path}/fingerprints.db")
     profile(cpu, library, [normalize(build("mlp"), {"input": [1, 256]}).model], [1], reps=5, warmup=1)
     others = [p for p in cpu.info.extra["execution_paths"] if p != "onnxruntime"]

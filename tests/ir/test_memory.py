@@ -118,13 +118,9 @@ def test_estimate_for_cpu_matches_the_measured_peak():
 
 
 def backend_cpu():
-    import yaml
+    from app.compose import target_backend
 
-    from metainfer_core.backends import create_backend
-    from app.compose import CONF_DIR
-
-    cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
-    return create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+    return target_backend("cpu")
 
 
 def test_simulator_reports_the_planner_with_the_target_policy():

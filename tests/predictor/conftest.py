@@ -5,22 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-import yaml
 
-from metainfer_core.backends import Backend, create_backend
+from metainfer_core.backends import Backend
 from metainfer_core.fingerprint import FingerprintLibrary
 from metainfer_core.predictor import TargetSpec, kernel_params
 from metainfer_core.predictor.dataset.training_set import BuildReport, build, zoo_entries
-from app.compose import CONF_DIR, compose_raw, zoo_input_shapes
+from app.compose import compose_raw, target_backend, zoo_input_shapes
 
 MODELS = ["mlp", "resnet_tiny", "bert_tiny", "mobilenet_v2_tiny"]
 PARAMS = kernel_params(200, 0.15, 6)       # fewer trees than the default: tests stay fast
 
 
 def target(name: str) -> tuple[Backend, TargetSpec]:
-    cfg = yaml.safe_load((CONF_DIR / "target" / f"{name}.yaml").read_text())
-    return (create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"]),
-            TargetSpec.from_spec(cfg["name"], cfg["spec"]))
+    backend = target_backend(name)
+    return backend, TargetSpec.from_spec(name, backend.spec)
 
 
 @dataclass
