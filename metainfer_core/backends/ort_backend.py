@@ -101,6 +101,10 @@ class OrtBackend(Backend):
         so.inter_op_num_threads = 1
         so.graph_optimization_level = _LEVELS[self.spec.get("graph_optimization_level", "ORT_ENABLE_ALL")]
         so.log_severity_level = ORT_LOG_SEVERITY
+        if so.intra_op_num_threads != 1:
+            # idle pool threads that spin steal the cores from the next run of another session (a
+            # plan timed beside the default, sessions serving requests at once): they sleep instead
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if profile:
             so.enable_profiling = True
             so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="metainfer-prof-"), "ort")
