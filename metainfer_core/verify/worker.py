@@ -174,14 +174,18 @@ def time_pair_isolated(backend: Backend, default: onnx.ModelProto, plan: onnx.Mo
 def serve_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], settings: dict[str, list[dict]],
                    feed: Feed, concurrency: int, duration_s: float) -> dict:
     """serving/measure.serve_all() in a worker process of its own holding only these plans (here
-    where the backend cannot be rebuilt there)."""
+    where the backend cannot be rebuilt there, or where the worker dies: a runtime crashing)."""
     from metainfer_core.serving.measure import serve_all
 
     r = recipe(backend)
-    if r is None:
-        return serve_all(backend, models, settings, feed, concurrency, duration_s)
-    return _call({"job": "load", "backend": r, "models": [(label, m.SerializeToString()) for label, m in models],
-                  "settings": settings, "feed": feed, "concurrency": concurrency, "duration_s": duration_s})
+    if r is not None:
+        try:
+            return _call({"job": "load", "backend": r, "feed": feed, "concurrency": concurrency,
+                          "models": [(label, m.SerializeToString()) for label, m in models],
+                          "settings": settings, "duration_s": duration_s})
+        except MetaInferError:
+            pass
+    return serve_all(backend, models, settings, feed, concurrency, duration_s)
 
 
 def _serve(job: dict) -> object:

@@ -240,3 +240,13 @@ def test_serving_a_plan_imports_neither_the_search_nor_the_orchestration():
             "or m.startswith(('metainfer_core.search', 'metainfer_core.predictor'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_plans_are_served_under_load_in_a_worker_process_of_their_own():
+    from metainfer_core.verify.worker import serve_isolated
+
+    model = build("mlp", seed=0)
+    out = serve_isolated(backend("cpu"), [("default", model)], {"default": [{"sessions": 2, "intra_op_threads": 1}]},
+                         random_feeds(model, seed=0), 2, 0.2)
+    (f,) = out["default"]
+    assert f.error is None and f.requests > 0 and f.throughput_per_s > 0
