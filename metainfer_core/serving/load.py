@@ -12,6 +12,7 @@ import numpy as np
 
 Feeds = dict[str, np.ndarray]
 WARM_S = 0.2            # each load is served this long first, unmeasured (first runs, thread pools spinning up)
+HUNG_S = 60.0           # a request still running this long after the load's end: the runtime hung
 
 
 @dataclass
@@ -76,8 +77,10 @@ def _drive(run, feeds: Feeds, concurrency: int, duration_s: float) -> LoadFigure
     t0 = time.perf_counter()
     stop[0] = t0 + duration_s
     start.wait()
-    for t in threads:
-        t.join()
+    for t in threads:       # a request that never returns (a runtime's deadlock) ends the load, not the run
+        t.join(max(stop[0] + HUNG_S - time.perf_counter(), 0.0))
+    if any(t.is_alive() for t in threads):
+        errors.append(f"a request did not return within {HUNG_S:g} s after the load's end (the runtime hung)")
     # the last requests started before the end finish after it: the window is until the last answer
-    return LoadFigures([x for mine in latencies for x in mine], time.perf_counter() - t0,
+    return LoadFigures([x for mine in list(latencies) for x in list(mine)], time.perf_counter() - t0,
                        errors[0] if errors else None)

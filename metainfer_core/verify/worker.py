@@ -36,6 +36,7 @@ CONFIRM_TIMED_S = 1.0     # ...each timing rounds for about this long...
 CONFIRM_MIN_ROUNDS = 12   # ...never fewer rounds each (60 pooled: the bootstrap bound of the median ratio needs them)...
 CONFIRM_MAX_ROUNDS = 100  # ...nor more
 CONFIRM_MAX_S = 60.0      # a slow model gets fewer than CONFIRM_MIN_ROUNDS (never under 10) past this, all processes together
+LOAD_TIMEOUT_S = 120.0    # a load job's worker: compiles and start-up, beyond its settings' serving time
 
 
 def recipe(backend: Backend) -> tuple | None:
@@ -55,8 +56,9 @@ def _rebuild(r: tuple) -> Backend:
     return create_backend(path, name, measurement, spec, seed)
 
 
-def _call(job: dict) -> object:
-    """Run `job` in a fresh worker process; its answer, or a MetaInferError with its last words."""
+def _call(job: dict, timeout_s: float | None = None) -> object:
+    """Run `job` in a fresh worker process; its answer, or a MetaInferError with its last words
+    (or, past `timeout_s`, the worker killed and a MetaInferError saying so)."""
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as err:        # a file, not a pipe: a chatty runtime cannot block the child
         try:
@@ -70,13 +72,34 @@ def _call(job: dict) -> object:
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
-            data = answer.read()        # until the child closes it (exits)
+            data = _read_all(answer, proc, timeout_s)      # until the child closes it (exits)
+        if data is None:
+            raise MetaInferError(f"the measurement worker did not answer within {timeout_s:.0f} s and was stopped")
         code = proc.wait()
         if code == 0 and data:
             return pickle.loads(data)
         err.seek(0)
         last = [line for line in err.read().decode(errors="replace").splitlines() if line.strip()][-1:]
     raise MetaInferError(f"the measurement worker exited with code {code} ({(last or ['no output'])[0][:300]})")
+
+
+def _read_all(answer, proc, timeout_s: float | None) -> bytes | None:
+    """What the child writes until it closes its end; None (the child killed) past `timeout_s`."""
+    if timeout_s is None:
+        return answer.read()
+    import select
+
+    chunks, end = [], time.monotonic() + timeout_s
+    while True:
+        left = end - time.monotonic()
+        if left <= 0 or not select.select([answer], [], [], left)[0]:
+            proc.kill()
+            proc.wait()
+            return None
+        chunk = os.read(answer.fileno(), 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def run_plans_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[Feed],
@@ -175,16 +198,20 @@ def serve_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], 
                    feed: Feed, concurrency: int, duration_s: float) -> dict:
     """serving/measure.serve_all() in a worker process of its own holding only these plans (here
     where the backend cannot be rebuilt there, or where the worker dies: a runtime crashing)."""
+    from metainfer_core.serving.load import WARM_S, LoadFigures
     from metainfer_core.serving.measure import serve_all
 
     r = recipe(backend)
     if r is not None:
+        n = sum(len(v) for v in settings.values())
         try:
             return _call({"job": "load", "backend": r, "feed": feed, "concurrency": concurrency,
                           "models": [(label, m.SerializeToString()) for label, m in models],
-                          "settings": settings, "duration_s": duration_s})
-        except MetaInferError:
-            pass
+                          "settings": settings, "duration_s": duration_s},
+                         timeout_s=LOAD_TIMEOUT_S + n * (duration_s + WARM_S))
+        except MetaInferError as exc:
+            if "did not answer" in str(exc):    # hung: serving here would hang the run too
+                return {label: [LoadFigures(error=str(exc)) for _ in settings[label]] for label, _ in models}
     return serve_all(backend, models, settings, feed, concurrency, duration_s)
 
 

@@ -250,3 +250,25 @@ def test_plans_are_served_under_load_in_a_worker_process_of_their_own():
                          random_feeds(model, seed=0), 2, 0.2)
     (f,) = out["default"]
     assert f.error is None and f.requests > 0 and f.throughput_per_s > 0
+
+
+def test_a_request_that_never_returns_ends_the_load_with_an_error(monkeypatch):
+    import metainfer_core.serving.load as load
+
+    monkeypatch.setattr(load, "HUNG_S", 0.3)
+    hung = threading.Event()
+    f = load.under_load(lambda feeds: hung.wait(), {}, 2, 0.1, warm_s=0)
+    assert f.error and "did not return" in f.error and f.requests == 0
+    hung.set()
+
+
+def test_a_worker_that_does_not_answer_in_time_is_stopped():
+    from metainfer_core.errors import MetaInferError
+    from metainfer_core.verify.worker import _call, recipe
+
+    model = build("mlp", seed=0)
+    job = {"job": "load", "backend": recipe(backend("cpu")), "models": [("default", model.SerializeToString())],
+           "settings": {"default": [{"sessions": 1, "intra_op_threads": 1}]}, "feed": random_feeds(model, seed=0),
+           "concurrency": 1, "duration_s": 60.0}
+    with pytest.raises(MetaInferError, match="did not answer within 3 s"):
+        _call(job, timeout_s=3)
