@@ -86,9 +86,9 @@ def main(argv: list[str]) -> int:
         print(f"unknown option(s) {stray}: the options are {list(flags)} (then hydra overrides, key=value); "
               "see python -m bench.adapt_corpus --help", file=sys.stderr)
         return 2
-    unknown = [k for k in keys or [] if k not in corpus.BY_KEY]
+    unknown = corpus.unknown_keys(keys or [])
     if unknown:
-        print(f"unknown corpus model(s) {unknown}: choose from {list(corpus.BY_KEY)}", file=sys.stderr)
+        print(unknown, file=sys.stderr)
         return 2
     models = modelset.entries(keys or [m.key for m in corpus.CORPUS], with_corpus=True, samples=corpus.SAMPLES)
     if by_size:

@@ -114,6 +114,16 @@ def _child_main(argv: list[str]) -> int:
 
 # ---------------------------------------------------------------------------------------------- the parent
 
+def child_answer(proc: subprocess.CompletedProcess) -> dict | None:
+    """A bench child's answer: the last JSON line it printed (a runtime may print before it)."""
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def last_words(proc: subprocess.CompletedProcess) -> str:
+    return " / ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+
+
 def default_settings(plan: dict) -> dict[str, Any]:
     """The target's default-path settings as the adapt ran it: plan.json's `target.driver`
     ('providers=CPUExecutionProvider;threads=1;opt=ORT_ENABLE_ALL', OrtBackend.info), else
@@ -229,11 +239,9 @@ def clean_check(run_folder: str | Path, rounds: int = ROUNDS, feeds=None, seed: 
                    "--rounds", str(max(int(rounds) // processes, 1)), "--max-s", str(float(max_s) / processes)]
             for _ in range(max(processes, 1)):
                 proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-                lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-                if not lines:
-                    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-                    return out | {"error": f"the child exited {proc.returncode} without a result: {' / '.join(tail)}"}
-                child = json.loads(lines[-1])
+                child = child_answer(proc)
+                if child is None:
+                    return out | {"error": f"the child exited {proc.returncode} without a result: {last_words(proc)}"}
                 if child.get("error"):
                     return out | {"error": child["error"], "child": child}
                 children.append(child)

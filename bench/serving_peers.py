@@ -89,6 +89,7 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
     import numpy as np
 
     from bench import serving_configs as sc
+    from bench.clean_check import child_answer, last_words
 
     folder = Path(folder)
     plan = json.loads((folder / "plan.json").read_text())
@@ -108,11 +109,9 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
                                   cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return row | {"error": f"the serving process ran past {timeout:.0f} s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return row | {"error": f"the serving process exited {proc.returncode} without a result: {' / '.join(tail)}"}
-    child = json.loads(lines[-1])
+    child = child_answer(proc)
+    if child is None:
+        return row | {"error": f"the serving process exited {proc.returncode} without a result: {last_words(proc)}"}
     if child.get("error"):
         return row | {"error": f"serving process: {child['error']}"}
     return row | {"configs": child.pop("configs"), "child": child, "serve_s": time.perf_counter() - t0}
@@ -173,9 +172,9 @@ def main(argv: list[str]) -> int:
         return a
     from bench import corpus, modelset, serving_tables
 
-    unknown = [k for k in a["only"] if k not in corpus.BY_KEY]
+    unknown = corpus.unknown_keys(a["only"])
     if unknown:
-        print(f"unknown corpus model(s) {unknown}: choose from {list(corpus.BY_KEY)}", file=sys.stderr)
+        print(unknown, file=sys.stderr)
         return 2
     say = lambda msg: print(f"(serving: {msg})", file=sys.stderr, flush=True)  # noqa: E731
     rows = []

@@ -539,9 +539,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--json", type=Path)
     args, overrides = ap.parse_known_args(argv)
     keys = args.only.split(",") if args.only else [m.key for m in corpus.CORPUS]
-    unknown = [k for k in keys if k not in corpus.BY_KEY]
+    unknown = corpus.unknown_keys(keys)
     if unknown:
-        print(f"unknown corpus model(s) {unknown}: choose from {list(corpus.BY_KEY)}", file=sys.stderr)
+        print(unknown, file=sys.stderr)
         return 2
     say = lambda msg: print(f"(shape ranges: {msg})", file=sys.stderr, flush=True)  # noqa: E731
     rows = []

@@ -6,11 +6,11 @@ fetching: the .onnx on disk (installed copy, cache or a wheel download); ready: 
 models with their inputs written beside them.
 Everything is re-exported here, so `from bench.corpus import X` reads as one module."""
 from bench.corpus.catalogue import (BY_KEY, CORPUS, PPOCR, REQUIREMENTS, CorpusModel, bound_shapes, file_name,
-                                    pins)
+                                    pins, unknown_keys)
 from bench.corpus.fetching import CorpusUnavailable, cache_dir, fetch, ppocr_folder
 from bench.corpus.inputs import SAMPLES, Inputs, feeds, write_inputs
 from bench.corpus.ready import adapt_args, corpus_models
 
 __all__ = ["BY_KEY", "CORPUS", "PPOCR", "REQUIREMENTS", "SAMPLES", "CorpusModel", "CorpusUnavailable", "Inputs",
            "adapt_args", "bound_shapes", "cache_dir", "corpus_models", "feeds", "fetch", "file_name", "pins",
-           "ppocr_folder", "write_inputs"]
+           "ppocr_folder", "unknown_keys", "write_inputs"]

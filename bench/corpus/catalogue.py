@@ -129,3 +129,9 @@ def pins() -> list[str]:
 def file_name(model: CorpusModel) -> str:
     """The .onnx file's name (as in an installed copy's folder)."""
     return model.path_in_wheel.rsplit("/", 1)[-1]
+
+
+def unknown_keys(keys: list[str]) -> str | None:
+    """The message refusing corpus keys that name no model, or None when all do."""
+    unknown = [k for k in keys if k not in BY_KEY]
+    return f"unknown corpus model(s) {unknown}: choose from {list(BY_KEY)}" if unknown else None
