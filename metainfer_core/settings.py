@@ -93,6 +93,7 @@ class WeightSettings(Strict):
     accuracy: float = Field(ge=0)
     change_penalty: float = Field(ge=0)
     memory_floor: float = Field(0.0, ge=0, le=1)
+    throughput: float = Field(0.0, ge=0)     # weighs requests per second where serving.concurrency > 1
 
     @model_validator(mode="after")
     def _not_all_zero(self) -> "WeightSettings":

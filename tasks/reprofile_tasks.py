@@ -63,8 +63,8 @@ def reverify_task(raw: dict) -> list[dict]:
         feeds = [random_feeds(default, seed=s.seed + i) for i in range(s.verify.samples)]
         base, cand = verify(backend, [("default", default), ("active", active)], feeds, run_cpu(default, feeds),
                             s.verify.runs, s.verify.warmup)
-        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes, Weights.of(s.weights),
-                   memory_budget=backend.info.memory_budget)
+        d = decide(base, [cand], s.accuracy.max_loss, backend.info.memory_limit_bytes,
+                   Weights.of(s.weights, s.serving.under_load), memory_budget=backend.info.memory_budget)
         if d.decision == "adapted":
             results.append(entry | {"decision": "kept", "reason": d.reason})
         else:

@@ -95,7 +95,7 @@ def _log_outcome(client: MlflowClient, s: RunSettings, run_id: str, plan: Plan, 
     served = plan.serving or {}
     for who in ("plan", "default"):      # under the deployment's load (serving=throughput)
         figures = served.get(who) or {}
-        for k in ("throughput_per_s", "p50_ms", f"p{served.get('percentile', 99):g}_ms"):
+        for k in ("throughput_per_s", "p50_ms", f"p{served.get('percentile', 99):g}_ms", "score"):
             if isinstance(figures.get(k), (int, float)):
                 metrics.append(Metric(f"serving.{who}.{k}", float(figures[k]), 0, 0))
     if served:

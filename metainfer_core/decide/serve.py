@@ -1,11 +1,13 @@
 """The serving verdict (serving.concurrency > 1): the default, the plan the latency decision
 kept and, on each execution path, the servable candidate verify timed fastest are each served
 under the deployment's load with every serving setting their runtime offers
-(serving/measure.py, in a process of its own); each one's best setting is the one with the most
-requests per second whose latency percentile holds the bound. The plan served is the one that
-serves most: the kept plan unless another serves more beyond noise, and no plan unless it
-serves at least as many requests as the default (a plan that wins one request at a time can
-lose under load: memory-bound, or a runtime's threads oversubscribing the cores; another
+(serving/measure.py, in a process of its own). Under the load the objective (search/score.py)
+weighs the median latency and the requests per second, both relative to the default's setting
+that serves most, with the memory, accuracy and change terms verified one request at a time;
+the latency percentile's bound is a hard constraint. Each plan's best setting holds the bound
+and scores lowest; the plan served is the kept plan unless another scores lower beyond noise,
+and no plan unless it scores no worse than the default (a plan that wins one request at a time
+can lose under load: memory-bound, or a runtime's threads oversubscribing the cores; another
 runtime can win there: OpenVINO's streams). With one request at a time there is nothing to
 choose: the setting is one session at the serving threads, and nothing is measured again."""
 from __future__ import annotations
@@ -17,11 +19,12 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.search.score import Weights, memory_base
 from metainfer_core.serving.load import LoadFigures
 from metainfer_core.serving.measure import settings_for
 from metainfer_core.serving.options import Setting, describe
 
-LOAD_NOISE = 0.03       # the plan must serve at least this share fewer requests than the default to lose to it
+LOAD_NOISE = 0.03       # loads served alike differ by up to this share in requests/s and latency
 
 # (backend, [(label, model)], {label: settings}, feed, concurrency, duration_s) -> {label: [LoadFigures]}
 LoadServer = Callable[..., dict[str, list[LoadFigures]]]
@@ -34,6 +37,8 @@ class Served:
     setting: Setting
     figures: dict[str, Any]
     holds_bound: bool
+    score: float = 0.0                  # the objective under the load (lower is better)
+    terms: dict[str, float] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
@@ -54,17 +59,19 @@ class ServingVerdict:
     reason: str = ""
     measured: list[dict[str, Any]] = field(default_factory=list)   # every plan x setting under the load
     seconds: float = 0.0
+    weights: dict[str, float] = field(default_factory=dict)         # the latency and throughput weights used
 
     def record(self) -> dict[str, Any]:
         """plan.json's `serving`."""
         def served(s: Served | None) -> dict | None:
             return None if s is None else {"label": s.label, "setting": s.setting, "described": describe(s.setting),
-                                           "holds_bound": s.holds_bound, **s.figures}
+                                           "holds_bound": s.holds_bound, "score": s.score, "terms": s.terms,
+                                           **s.figures}
         return {"mode": self.mode, "cores": self.cores, "concurrency": self.concurrency,
                 "request_threads": self.request_threads, "percentile": self.percentile, "bound_ms": self.bound_ms,
                 "setting": self.plan.setting if self.plan else {"sessions": 1, "intra_op_threads": self.request_threads},
                 "plan": served(self.plan), "default": served(self.default), "keeps_plan": self.keeps_plan,
-                "reason": self.reason, "measured": self.measured, "seconds": self.seconds}
+                "reason": self.reason, "measured": self.measured, "seconds": self.seconds, "weights": self.weights}
 
 
 def one_at_a_time(serving) -> ServingVerdict:
@@ -76,49 +83,69 @@ def one_at_a_time(serving) -> ServingVerdict:
 
 def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[str, onnx.ModelProto]],
                   kept: str | None, feed: dict[str, np.ndarray], default_alone_ms: float,
-                  server: LoadServer) -> ServingVerdict:
+                  server: LoadServer, weights: Weights | None = None,
+                  fixed: dict[str, tuple[float, float, int]] | None = None) -> ServingVerdict:
     """`plans`: the verified plans to serve beside the default, by label; `kept`: the one the
     latency decision kept (None: the default); `default_alone_ms`: the default's latency one
     request at a time (the bound's yardstick when serving.bound_ms is not given); `server`: how
-    plans are served under load (verify/worker.serve_isolated). The plan served is the one
-    with the most requests per second (the bound held first); the kept plan stands unless
-    another serves more beyond noise, and any plan must not serve fewer than the default
-    beyond noise (a plan the latency decision did not keep must serve more)."""
+    plans are served under load (verify/worker.serve_isolated); `weights`: the objective (None:
+    requests per second alone); `fixed`: per label (the default's too) the terms the load does
+    not change, as verified one request at a time: (peak memory ratio, accuracy loss, actions).
+    Every plan x setting is scored with its latency (median) and requests per second under the
+    load relative to the default's setting that serves most; each plan's best setting holds the
+    bound first, then scores lowest. The plan served scores lowest: the kept plan unless
+    another scores lower beyond noise, and no plan unless it scores no worse than the default
+    beyond noise (a plan the latency decision did not keep must score better)."""
     import time
 
     t0 = time.perf_counter()
+    weights = weights or Weights(0.0, 0.0, 0.0, throughput=1.0)
     v = ServingVerdict(serving.name, serving.cores, serving.concurrency, serving.request_threads,
-                       serving.percentile, serving.bound_ms or serving.bound_x * default_alone_ms)
+                       serving.percentile, serving.bound_ms or serving.bound_x * default_alone_ms,
+                       weights={"latency": weights.latency, "throughput": weights.throughput})
     models = [("default", default)] + list(plans)
     settings = {label: settings_for(m, serving.cores, serving.concurrency) for label, m in models}
     figures = server(backend, models, settings, feed, serving.concurrency, serving.duration_s)
     q = serving.percentile
+    rows = [(label, setting, f) for label, _ in models for setting, f in zip(settings[label], figures[label])]
+    served = [r for r in rows if r[2].error is None and r[2].requests > 0]
+    holds = lambda f: f.percentile(q) <= v.bound_ms      # noqa: E731
+    # the yardstick: the default's setting serving most with the bound held (any plan's if it did not serve)
+    ref = max((f for label, _, f in served if label == "default"), default=None,
+              key=lambda f: (holds(f), f.throughput_per_s)) or \
+        max((f for _, _, f in served), default=None, key=lambda f: (holds(f), f.throughput_per_s))
     best: dict[str, Served] = {}
-    for label, _ in models:
-        for setting, f in zip(settings[label], figures[label]):
-            row = f.as_dict(q)
-            holds = f.error is None and f.requests > 0 and f.percentile(q) <= v.bound_ms
-            v.measured.append({"label": label, "setting": setting, "described": describe(setting),
-                               "holds_bound": holds, **row})
-            s = Served(label, setting, row, holds)
-            if f.error is None and f.requests > 0 and _better(s, best.get(label)):
+    for label, setting, f in rows:
+        row = f.as_dict(q)
+        ok = f.error is None and f.requests > 0
+        entry = {"label": label, "setting": setting, "described": describe(setting), "holds_bound": ok and holds(f),
+                 **row}
+        if ok:
+            memory, loss, changes = (fixed or {}).get(label, (0.0, 0.0, 0))
+            terms = weights.terms(f.percentile(50) / max(ref.percentile(50), 1e-9), memory, loss, changes,
+                                  throughput_ratio=ref.throughput_per_s / f.throughput_per_s)
+            s = Served(label, setting, row, holds(f), sum(terms.values()), terms)
+            entry["score"] = s.score
+            if _better(s, best.get(label)):
                 best[label] = s
+        v.measured.append(entry)
     v.seconds = time.perf_counter() - t0
     v.default = best.get("default")
-    ranked = sorted((s for label, s in best.items() if label != "default"),
-                    key=lambda s: (s.holds_bound, s.throughput), reverse=True)
+    margin = LOAD_NOISE * (weights.latency + weights.throughput)
+    ranked = sorted((s for label, s in best.items() if label != "default"), key=lambda s: (not s.holds_bound, s.score))
     top, standing = (ranked[0] if ranked else None), best.get(kept) if kept else None
     if top is not None and standing is not None and top is not standing and \
-            (standing.holds_bound or not top.holds_bound) and standing.throughput >= top.throughput * (1 - LOAD_NOISE):
-        top = standing          # the kept plan, confirmed one request at a time, serves as much within noise
-    v.plan, v.keeps_plan, v.reason = _judged(v, top, kept, q)
+            (standing.holds_bound or not top.holds_bound) and standing.score <= top.score + margin:
+        top = standing          # the kept plan, confirmed one request at a time, scores as well within noise
+    v.plan, v.keeps_plan, v.reason = _judged(v, top, kept, q, margin)
     if not any(s.holds_bound for s in best.values()):
         v.reason += (f" (no setting of any plan held the p{q:g} bound of {v.bound_ms:.4g} ms under this load: "
-                     "the most requests per second decided)")
+                     "the score decided)")
     return v
 
 
-def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float) -> tuple[Served | None, bool, str]:
+def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float, margin: float
+            ) -> tuple[Served | None, bool, str]:
     """(the plan served, whether it is a plan rather than the default, why)."""
     d = v.default
     if d is None:
@@ -129,9 +156,9 @@ def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float) -
     if d.holds_bound and not top.holds_bound:
         return d, False, (f"under the load {top.label}'s p{q:g} misses the {v.bound_ms:.4g} ms bound "
                           f"({_words(top, q)}), the default's holds it ({_words(d, q)})")
-    need = 1 - LOAD_NOISE if top.label == kept else 1 + LOAD_NOISE
-    if top.throughput < d.throughput * need:
-        return d, False, (f"under the load the default serves {'more' if need < 1 else 'as much'}: {_words(d, q)}, "
+    standing = top.label == kept
+    if top.score > d.score + (margin if standing else -margin):
+        return d, False, (f"under the load the default does {'better' if standing else 'as well'}: {_words(d, q)}, "
                           f"against {top.label}'s {_words(top, q)}")
     return top, True, (f"under the load {top.label} serves {top.throughput / d.throughput:.2f}x the default's "
                        f"requests: {_words(top, q)}, against the default's {_words(d, q)}")
@@ -139,8 +166,8 @@ def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float) -
 
 def overrule(d, v: ServingVerdict, index: dict[str, int]) -> None:
     """The decision as the load left it (`d`: decide/stage's Decision, changed in place; `index`:
-    candidate label -> its index): the default kept where no plan serves more (its latency
-    alone is the confirmation's), or another verified plan adopted where it serves more."""
+    candidate label -> its index): the default kept where no plan scores better under the load
+    (its latency alone is the confirmation's), or another verified plan adopted where it does."""
     served = v.plan.label if v.plan is not None and v.keeps_plan else "default"
     kept = next((k for k, i in index.items() if i == d.chosen), None) if d.chosen is not None else None
     if served == (kept or "default"):
@@ -156,7 +183,7 @@ def overrule(d, v: ServingVerdict, index: dict[str, int]) -> None:
     d.decision, d.chosen, d.basis = "adapted", index[served], "throughput"
     d.verdicts[served] = f"chosen under the load: {v.reason} (one request at a time: {d.verdicts.get(served)})"
     d.reason = (f"served as the deployment serves it ({where}), {v.reason}"
-                + (f"; {kept}, kept one request at a time, served less" if kept else ""))
+                + (f"; {kept}, kept one request at a time, scored worse under the load" if kept else ""))
 
 
 def servable(c, max_loss: float, memory_limit: int) -> bool:
@@ -197,11 +224,20 @@ def serving_stage(s, backend, decision, verified, prepared, server: LoadServer |
     kept = verified.candidates[decision.chosen].label if decision.chosen is not None else None
     say(f"serve: {s.serving.concurrency} requests at once on {s.serving.cores} cores: the default"
         + "".join(f", {label}" for label, _ in plans) + f" with each serving setting ({s.serving.duration_s:g} s each)")
-    v = serve_verdict(s.serving, backend, prepared.model, plans, kept, prepared.feeds[0], default_ms, server)
+    weights = Weights.of(s.weights, under_load=True)
+    base = verified.baseline
+    base_mem = memory_base(base.peak_mem_bytes, backend.info.memory_limit_bytes, backend.info.memory_budget,
+                           weights.memory_floor)
+    fixed = {"default": (base.peak_mem_bytes / base_mem, 0.0, 0)} | {
+        verified.candidates[i].label: (verified.candidates[i].peak_mem_bytes / base_mem,
+                                       verified.candidates[i].accuracy_loss, verified.plans[i].changes) for i in served}
+    v = serve_verdict(s.serving, backend, prepared.model, plans, kept, prepared.feeds[0], default_ms, server,
+                      weights, fixed)
     q = f"p{v.percentile:g}_ms"
     for m in v.measured:
         say(f"serve: {m['label']} with {m['described']}: " + (m["error"] or (
-            f"{m['throughput_per_s']:.4g}/s, p50 {m['p50_ms']:.4g} ms, p{v.percentile:g} {m[q]:.4g} ms"
+            f"{m['throughput_per_s']:.4g}/s, p50 {m['p50_ms']:.4g} ms, p{v.percentile:g} {m[q]:.4g} ms, "
+            f"score {m['score']:.3f}"
             + ("" if m["holds_bound"] else f" (over the {v.bound_ms:.4g} ms bound)"))))
     say(f"serve: {v.reason}")
     overrule(decision, v, {verified.candidates[i].label: i for i in served})
@@ -209,13 +245,13 @@ def serving_stage(s, backend, decision, verified, prepared, server: LoadServer |
 
 
 def _better(s: Served, other: Served | None) -> bool:
-    """Holding the bound first, then more requests per second."""
-    return other is None or (s.holds_bound, s.throughput) > (other.holds_bound, other.throughput)
+    """Holding the bound first, then the lower score."""
+    return other is None or (s.holds_bound, -s.score) > (other.holds_bound, -other.score)
 
 
 def _words(s: Served, q: float) -> str:
-    return (f"{s.throughput:.4g}/s, p{q:g} {s.figures.get(f'p{q:g}_ms', float('nan')):.4g} ms "
-            f"({describe(s.setting)})")
+    return (f"{s.throughput:.4g}/s, p50 {s.figures.get('p50_ms', float('nan')):.4g} ms, "
+            f"p{q:g} {s.figures.get(f'p{q:g}_ms', float('nan')):.4g} ms, score {s.score:.3f} ({describe(s.setting)})")
 
 
 def _errors(measured: list[dict], label: str) -> str:

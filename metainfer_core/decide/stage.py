@@ -225,8 +225,8 @@ def _decided(s: Settings, backend: Backend, outcome: SearchOutcome, verified: Ve
         return Decision("default", "the search found no plan predicted to beat the default", None), None
     def again(excluded: dict[int, str]) -> Decision:
         return decide(verified.baseline, verified.candidates, s.accuracy.max_loss, backend.info.memory_limit_bytes,
-                      Weights.of(s.weights), [c.changes for c in verified.plans], backend.info.memory_budget,
-                      excluded)
+                      Weights.of(s.weights, s.serving.under_load), [c.changes for c in verified.plans],
+                      backend.info.memory_budget, excluded)
 
     d, excluded, tried = again({}), {}, []
     while d.chosen is not None and timer is not None and default is not None and feed is not None:

@@ -26,6 +26,16 @@ def serving_line(plan: dict) -> str | None:
             + (f"; {q} bound {bound:.4g} ms" if bound else ""))
 
 
+def _weighed(w: dict) -> str:
+    """How the score weighs the load (weights.latency x the median, weights.throughput x the
+    requests per second, each relative to the default's setting that serves most)."""
+    if not w:
+        return "Scored by requests per second."
+    return (f"The score (lower is better) weighs the median latency by {w.get('latency', 0):g} and the requests "
+            f"per second by {w.get('throughput', 0):g}, each relative to the default's setting that serves most, "
+            "plus the memory, accuracy and change terms verified one request at a time.")
+
+
 def serving_section(plan: dict) -> list[str]:
     """plan.md's lines (none at one request at a time)."""
     s = plan.get("serving")
@@ -36,11 +46,13 @@ def serving_section(plan: dict) -> list[str]:
            f"{s['concurrency']} requests at once on {s.get('cores')} cores (closed loop: each client sends its next "
            f"request when answered), each plan with every serving setting its runtime offers, in a process of its "
            f"own. The {q} latency bound is {s.get('bound_ms', float('nan')):.4g} ms. {s.get('reason', '')}.", "",
-           f"| plan | setting | requests/s | p50 ms | {q} ms | holds the bound |", "|---|---|---|---|---|---|"]
+           _weighed(s.get("weights") or {}), "",
+           f"| plan | setting | requests/s | p50 ms | {q} ms | holds the bound | score |", "|---|---|---|---|---|---|---|"]
     for m in s.get("measured") or []:
         if m.get("error"):
-            out.append(f"| {m['label']} | {m['described']} | failed: {m['error']} | | | |")
+            out.append(f"| {m['label']} | {m['described']} | failed: {m['error']} | | | | |")
             continue
+        score = f"{m['score']:.3f}" if isinstance(m.get("score"), (int, float)) else ""
         out.append(f"| {m['label']} | {m['described']} | {m['throughput_per_s']:.4g} | {m['p50_ms']:.4g} | "
-                   f"{m.get(f'{q}_ms', float('nan')):.4g} | {'yes' if m['holds_bound'] else 'no'} |")
+                   f"{m.get(f'{q}_ms', float('nan')):.4g} | {'yes' if m['holds_bound'] else 'no'} | {score} |")
     return out + [""]

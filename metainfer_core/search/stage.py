@@ -43,7 +43,7 @@ def search_stage(s: Settings, prepared: Prepared, backend: Backend, cost_model: 
 
     t0 = clock.now()
     info = backend.info
-    weights = Weights.of(s.weights)
+    weights = Weights.of(s.weights, s.serving.under_load)
     lossy = {n for n, a in ACTIONS.items() if a.lossy}
     ctx = ActionContext(target=info, calibration_feeds=prepared.feeds, cache=prepared.action_cache)
     # a measured target times the unchanged model once: the predictions' anchor (search/anchor.py)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from metainfer_core.decide.stage import decide
 from metainfer_core.search.score import Weights
@@ -143,6 +144,18 @@ def test_memory_base_prices_memory_by_the_target():
     assert memory_base(22 * MiB, HOST, HOST, 0.0) == 22 * MiB            # every byte relative to the default
     assert memory_base(6_000_000, 2**29, 8 * 2**20, 0.25) == 6_000_000   # a device the model fills
     assert memory_base(700_000, 98_304, 98_304, 0.25) == 98_304          # the default does not fit
+
+
+def test_the_throughput_weight_counts_only_under_load_estimated_from_latency_one_request_at_a_time():
+    from metainfer_core.settings import WeightSettings
+
+    w = WeightSettings(name="balanced", latency=1.0, memory=0.3, accuracy=1.0, change_penalty=0.02, throughput=2.0)
+    alone, loaded = Weights.of(w), Weights.of(w, under_load=True)
+    assert alone.throughput == 0 and "throughput" not in alone.terms(0.8, 0.0, 0.0, 0)
+    assert loaded.terms(0.8, 0.0, 0.0, 0)["throughput"] == pytest.approx(1.6)          # estimated: 1 / (1 / 0.8)
+    assert loaded.terms(0.8, 0.0, 0.0, 0, throughput_ratio=1.1)["throughput"] == pytest.approx(2.2)
+    # a plan 0.9x the default's latency alone: under load its gain weighs three times
+    assert loaded.score(1.0, 0, 0, 0) - loaded.score(0.9, 0, 0, 0) == pytest.approx(3 * 0.1)
 
 
 def test_paired_rounds_that_disagree_with_the_medians_do_not_adapt():

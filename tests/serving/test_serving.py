@@ -1,7 +1,8 @@
 """Serving as the deployment will: the settings each runtime offers grow with the cores and the
 requests at once; a pool serves concurrent requests with the same outputs as one session; the
 closed-loop load counts requests and latency percentiles; the serving verdict keeps the plan
-only where it serves at least as many requests as the default with the bound held."""
+only where it scores no worse than the default under the load (requests per second and latency
+weighed) with the bound held."""
 from __future__ import annotations
 
 import threading
@@ -18,6 +19,7 @@ from metainfer_core.serving.load import LoadFigures, under_load
 from metainfer_core.serving.measure import serve_all
 from metainfer_core.serving.options import describe, doublings
 from metainfer_core.serving.pool import pool_on
+from metainfer_core.search.score import Weights
 from metainfer_core.settings import ServingSettings
 from metainfer_core.zoo import build
 
@@ -121,7 +123,7 @@ def _figures(per_s: float, p99: float, n: int = 100) -> LoadFigures:
 
 
 def _verdict(default: list[LoadFigures], plans: dict[str, list[LoadFigures]], kept: str | None = "p",
-             bound_ms=None) -> ServingVerdict:
+             bound_ms=None, weights: Weights | None = None, fixed: dict | None = None) -> ServingVerdict:
     serving = ServingSettings(name="throughput", threads=2, concurrency=2, bound_ms=bound_ms)
     model = build("mlp", seed=0)
 
@@ -130,7 +132,8 @@ def _verdict(default: list[LoadFigures], plans: dict[str, list[LoadFigures]], ke
         assert len(settings["default"]) == 2        # onnxruntime on 2 cores, 2 requests: 1x2 and 2x1
         return {"default": default, **plans}
 
-    return serve_verdict(serving, None, model, [(label, model) for label in plans], kept, {}, 1.0, server)
+    return serve_verdict(serving, None, model, [(label, model) for label in plans], kept, {}, 1.0, server,
+                         weights, fixed)
 
 
 def test_the_plan_is_served_only_where_it_serves_more_with_the_bound_held():
@@ -140,7 +143,7 @@ def test_the_plan_is_served_only_where_it_serves_more_with_the_bound_held():
     assert wins.bound_ms == pytest.approx(3.0)      # bound_x (3) x the default alone (1 ms)
     assert wins.record()["setting"] == {"sessions": 1, "intra_op_threads": 2}
     loses = _verdict(base, {"p": [_figures(120, 2.0), _figures(130, 2.0)]})
-    assert not loses.keeps_plan and "the default serves more" in loses.reason
+    assert not loses.keeps_plan and "the default does better" in loses.reason
     assert loses.plan is loses.default
     # the plan's faster setting misses the bound, its other one serves less than the default: the default
     bound = _verdict([_figures(100, 2.0), _figures(110, 2.5)], {"p": [_figures(300, 9.0), _figures(90, 2.0)]},
@@ -170,7 +173,26 @@ def test_another_path_that_serves_more_under_load_is_served_instead_of_the_kept_
     adopt = _verdict(base, {"ov": [_figures(170, 2.0)] * 2}, kept=None)
     assert adopt.keeps_plan and adopt.plan.label == "ov"
     tie = _verdict(base, {"ov": [_figures(152, 2.0)] * 2}, kept=None)
-    assert not tie.keeps_plan and "serves as much" in tie.reason
+    assert not tie.keeps_plan and "the default does as well" in tie.reason
+
+
+def test_under_load_the_weights_trade_requests_per_second_for_latency_and_memory():
+    # the default's 2x1 serves most (150/s) at a 3.75 ms median; the plan's 1x2 serves 140/s at 1.2 ms
+    base = [_figures(100, 2.0), _figures(150, 5.0)]
+    plan = {"p": [_figures(140, 1.6), _figures(120, 5.0)]}
+    by_requests = _verdict(base, plan, bound_ms=10)            # no weights: requests per second alone
+    assert not by_requests.keeps_plan and by_requests.weights == {"latency": 0.0, "throughput": 1.0}
+    balanced = Weights(1.0, 0.3, 1.0, 0.02, 0.25, throughput=1.0)
+    weighed = _verdict(base, plan, bound_ms=10, weights=balanced)
+    assert weighed.keeps_plan and weighed.plan.setting == {"sessions": 1, "intra_op_threads": 2}
+    assert weighed.plan.terms["throughput"] == pytest.approx(150 / 140)
+    assert weighed.plan.terms["latency"] == pytest.approx(weighed.plan.figures["p50_ms"] / 3.75)
+    scores = [m["score"] for m in weighed.measured]
+    assert len(scores) == 4 and weighed.record()["plan"]["score"] == pytest.approx(min(scores))
+    # the same plan holding 3x the default's memory, weighed as memory: the default
+    heavy = _verdict(base, plan, bound_ms=10, weights=Weights(1.0, 1.0, 1.0, throughput=1.0),
+                     fixed={"default": (1.0, 0.0, 0), "p": (3.0, 0.0, 1)})
+    assert not heavy.keeps_plan and heavy.plan.terms["memory"] == pytest.approx(1.0)
 
 
 def test_a_plan_losing_under_load_rolls_the_decision_back_naming_the_load():
@@ -178,7 +200,7 @@ def test_a_plan_losing_under_load_rolls_the_decision_back_naming_the_load():
     d = Decision("adapted", "faster", 0, {"p": "chosen"}, basis="faster")
     overrule(d, v, {"p": 0})
     assert (d.decision, d.chosen) == ("rolled_back", None)
-    assert "2 requests at once on 2 cores" in d.reason and "the default serves more" in d.verdicts["p"]
+    assert "2 requests at once on 2 cores" in d.reason and "the default does better" in d.verdicts["p"]
 
 
 def test_each_paths_fastest_servable_candidate_is_served_beside_the_kept_one():
