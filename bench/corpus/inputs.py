@@ -3,7 +3,7 @@ returning one array per model input with the sample index as first axis (what `d
 wants): images with text-like strokes for OCR and layout models, speech-like audio and note sweeps
 for audio models, token ids within the vocabulary with valid token_type_ids and an attention mask
 for the encoder, file-like bytes for the content-type classifier, Thai text features for the word
-segmenter, French word ids for the lemmatizer, captchas, photos and mel frames (from the
+segmenter, French word ids for the lemmatizer, Arabic character ids for the diacritizer, captchas, photos and mel frames (from the
 package's own mel front end), in the value ranges the packages' own pre-processing produces."""
 from __future__ import annotations
 
@@ -350,6 +350,33 @@ def lemma_inputs(model, n: int, seed: int) -> Inputs:
         lemma = [1] + [42 + ord(c) - 97 for c in (stem + "er")][:tgt_len - 1]
         tgt[i, 0, :len(lemma)] = lemma
     return {"src": src, "tgt_in": tgt}
+
+
+# shakkala's input vocabulary (shakkala/dictionary/input_vocab_to_int.pickle): the Arabic letters,
+# the space and the question mark; <PAD> is 0 and anything else <UNK> (1)
+_SHAKKALA_IDS = {"ء": 120, "آ": 15, "أ": 73, "ؤ": 50, "إ": 119, "ئ": 56, "ا": 68, "ب": 118, "ة": 107, "ت": 22,
+                 "ث": 71, "ج": 59, "ح": 86, "خ": 19, "د": 104, "ذ": 97, "ر": 65, "ز": 92, "س": 82, "ش": 18,
+                 "ص": 75, "ض": 111, "ط": 93, "ظ": 11, "ع": 95, "غ": 24, "ف": 46, "ق": 38, "ك": 72, "ل": 29,
+                 "م": 48, "ن": 81, "ه": 49, "و": 6, "ى": 39, "ي": 70, " ": 28, "؟": 101}
+_ARABIC_WORDS = ("في من على إلى أن هذا التي الذي كان قال اللغة العربية الكتاب العلم الناس يوم بين عن مع كل "
+                 "بعد قبل حتى ثم لكن المدينة الحياة الطريق البيت الماء الأرض السماء الشمس القمر الطالب "
+                 "المدرسة يكتب يقرأ ذهب جاء رأى كبير صغير جميل جديد الأولى مسؤول شيء هيئة إذا").split()
+
+
+def shakkala_inputs(model, n: int, seed: int) -> Inputs:
+    """shakkala's input (Shakkala.prepare_input): an undiacritized Arabic sentence's character
+    ids, padded after the text with <PAD> to the model's length, as the float the Keras model
+    takes; sentences of common words filling 40-95 % of the length."""
+    rng = np.random.default_rng(seed)
+    (name, shape), = model.input_shapes.items()
+    out = np.zeros([n, *shape], np.float32)
+    for i in range(n):
+        length = int(shape[-1] * rng.uniform(0.4, 0.95))
+        text = ""
+        while len(text) < length:
+            text += " ".join(rng.choice(_ARABIC_WORDS, int(rng.integers(4, 12)))) + (" ؟ " if rng.random() < 0.2 else " ")
+        out[i, 0, :length] = [_SHAKKALA_IDS.get(c, 1) for c in text[:length]]
+    return {name: out}
 
 
 def write_inputs(model, path: Path, n: int = 4, seed: int = 0) -> Path:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from bench.corpus.catalogue import BY_KEY, CORPUS
+from bench.corpus.converting import ConversionFailed
 from bench.corpus.fetching import CorpusUnavailable, cache_dir, fetch
 from bench.corpus.inputs import SAMPLES, write_inputs
 
@@ -20,7 +21,7 @@ def corpus_models(keys: list[str] | None = None, samples: int = SAMPLES, seed: i
     for m in ([BY_KEY[k] for k in dict.fromkeys(keys)] if keys else CORPUS):
         try:
             path = fetch(m)
-        except (CorpusUnavailable, FileNotFoundError) as exc:
+        except (CorpusUnavailable, ConversionFailed, FileNotFoundError) as exc:
             print(f"(corpus: {m.key} left out: {exc})", file=sys.stderr)
             if missing is not None:
                 missing.append((m.key, str(exc)))

