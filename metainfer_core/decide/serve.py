@@ -60,6 +60,7 @@ class ServingVerdict:
     measured: list[dict[str, Any]] = field(default_factory=list)   # every plan x setting under the load
     seconds: float = 0.0
     weights: dict[str, float] = field(default_factory=dict)         # the latency and throughput weights used
+    confirmation: dict[str, Any] | None = None    # the plan chosen over the default, served again with it alone
 
     def record(self) -> dict[str, Any]:
         """plan.json's `serving`."""
@@ -71,7 +72,8 @@ class ServingVerdict:
                 "request_threads": self.request_threads, "percentile": self.percentile, "bound_ms": self.bound_ms,
                 "setting": self.plan.setting if self.plan else {"sessions": 1, "intra_op_threads": self.request_threads},
                 "plan": served(self.plan), "default": served(self.default), "keeps_plan": self.keeps_plan,
-                "reason": self.reason, "measured": self.measured, "seconds": self.seconds, "weights": self.weights}
+                "reason": self.reason, "measured": self.measured, "seconds": self.seconds, "weights": self.weights,
+                "confirmation": self.confirmation}
 
 
 def one_at_a_time(serving) -> ServingVerdict:
@@ -79,6 +81,30 @@ def one_at_a_time(serving) -> ServingVerdict:
     return ServingVerdict(serving.name, serving.cores, 1, serving.request_threads,
                           reason="one request at a time: served as verified (one session, "
                                  f"{serving.request_threads} thread{'s' if serving.request_threads != 1 else ''})")
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """The objective under the load: latency (median) and requests per second relative to a
+    yardstick (the default's figures), the terms the load does not change from verify."""
+    weights: Weights
+    fixed: dict[str, tuple[float, float, int]]
+    percentile: float
+    bound_ms: float
+
+    def holds(self, f: LoadFigures) -> bool:
+        return f.percentile(self.percentile) <= self.bound_ms
+
+    def served(self, label: str, setting: Setting, f: LoadFigures, ref: LoadFigures) -> Served:
+        memory, loss, changes = self.fixed.get(label, (0.0, 0.0, 0))
+        terms = self.weights.terms(f.percentile(50) / max(ref.percentile(50), 1e-9), memory, loss, changes,
+                                   throughput_ratio=ref.throughput_per_s / f.throughput_per_s)
+        return Served(label, setting, f.as_dict(self.percentile), self.holds(f), sum(terms.values()), terms)
+
+    @property
+    def margin(self) -> float:
+        """Loads served alike differ by LOAD_NOISE in requests/s and latency: that much of both weights."""
+        return LOAD_NOISE * (self.weights.latency + self.weights.throughput)
 
 
 def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[str, onnx.ModelProto]],
@@ -95,7 +121,8 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
     load relative to the default's setting that serves most; each plan's best setting holds the
     bound first, then scores lowest. The plan served scores lowest: the kept plan unless
     another scores lower beyond noise, and no plan unless it scores no worse than the default
-    beyond noise (a plan the latency decision did not keep must score better)."""
+    beyond noise (a plan the latency decision did not keep must score better). A plan chosen
+    over the default is confirmed: served again with the default alone (confirm_served)."""
     import time
 
     t0 = time.perf_counter()
@@ -103,45 +130,76 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
     v = ServingVerdict(serving.name, serving.cores, serving.concurrency, serving.request_threads,
                        serving.percentile, serving.bound_ms or serving.bound_x * default_alone_ms,
                        weights={"latency": weights.latency, "throughput": weights.throughput})
+    scoring = _Scoring(weights, fixed or {}, serving.percentile, v.bound_ms)
     models = [("default", default)] + list(plans)
     settings = {label: settings_for(m, serving.cores, serving.concurrency) for label, m in models}
     figures = server(backend, models, settings, feed, serving.concurrency, serving.duration_s)
     q = serving.percentile
     rows = [(label, setting, f) for label, _ in models for setting, f in zip(settings[label], figures[label])]
     served = [r for r in rows if r[2].error is None and r[2].requests > 0]
-    holds = lambda f: f.percentile(q) <= v.bound_ms      # noqa: E731
     # the yardstick: the default's setting serving most with the bound held (any plan's if it did not serve)
     ref = max((f for label, _, f in served if label == "default"), default=None,
-              key=lambda f: (holds(f), f.throughput_per_s)) or \
-        max((f for _, _, f in served), default=None, key=lambda f: (holds(f), f.throughput_per_s))
+              key=lambda f: (scoring.holds(f), f.throughput_per_s)) or \
+        max((f for _, _, f in served), default=None, key=lambda f: (scoring.holds(f), f.throughput_per_s))
     best: dict[str, Served] = {}
     for label, setting, f in rows:
-        row = f.as_dict(q)
-        ok = f.error is None and f.requests > 0
-        entry = {"label": label, "setting": setting, "described": describe(setting), "holds_bound": ok and holds(f),
-                 **row}
-        if ok:
-            memory, loss, changes = (fixed or {}).get(label, (0.0, 0.0, 0))
-            terms = weights.terms(f.percentile(50) / max(ref.percentile(50), 1e-9), memory, loss, changes,
-                                  throughput_ratio=ref.throughput_per_s / f.throughput_per_s)
-            s = Served(label, setting, row, holds(f), sum(terms.values()), terms)
-            entry["score"] = s.score
+        entry = {"label": label, "setting": setting, "described": describe(setting), **f.as_dict(q)}
+        if f.error is None and f.requests > 0:
+            s = scoring.served(label, setting, f, ref)
+            entry.update(holds_bound=s.holds_bound, score=s.score)
             if _better(s, best.get(label)):
                 best[label] = s
+        else:
+            entry["holds_bound"] = False
         v.measured.append(entry)
-    v.seconds = time.perf_counter() - t0
     v.default = best.get("default")
-    margin = LOAD_NOISE * (weights.latency + weights.throughput)
     ranked = sorted((s for label, s in best.items() if label != "default"), key=lambda s: (not s.holds_bound, s.score))
     top, standing = (ranked[0] if ranked else None), best.get(kept) if kept else None
     if top is not None and standing is not None and top is not standing and \
-            (standing.holds_bound or not top.holds_bound) and standing.score <= top.score + margin:
+            (standing.holds_bound or not top.holds_bound) and standing.score <= top.score + scoring.margin:
         top = standing          # the kept plan, confirmed one request at a time, scores as well within noise
-    v.plan, v.keeps_plan, v.reason = _judged(v, top, kept, q, margin)
+    v.plan, v.keeps_plan, v.reason = _judged(v, top, kept, q, scoring.margin)
     if not any(s.holds_bound for s in best.values()):
         v.reason += (f" (no setting of any plan held the p{q:g} bound of {v.bound_ms:.4g} ms under this load: "
                      "the score decided)")
+    elif v.keeps_plan and v.default is not None:
+        confirm_served(v, scoring, backend, dict(models), feed, server, serving, kept)
+    v.seconds = time.perf_counter() - t0
     return v
+
+
+CONFIRM_X = 2       # the confirmation serves the plan and the default each this many times serving.duration_s
+
+
+def confirm_served(v: ServingVerdict, scoring: _Scoring, backend, models: dict[str, onnx.ModelProto], feed,
+                   server: LoadServer, serving, kept: str | None) -> None:
+    """The plan the load chose over the default, served again at its setting with the default at
+    the default's, the two alone in a fresh worker and longer (CONFIRM_X): what the round
+    measured beside the other plans must hold there, as a latency plan's must hold alone.
+    `v` is changed in place: its confirmation, and the default served where it does not hold."""
+    p, d, q = v.plan, v.default, scoring.percentile
+    pair = [("default", models["default"]), (p.label, models[p.label])]
+    figures = server(backend, pair, {"default": [d.setting], p.label: [p.setting]}, feed, serving.concurrency,
+                     serving.duration_s * CONFIRM_X)
+    fd, fp = figures["default"][0], figures[p.label][0]
+    error = next((f.error or "no request answered" for f in (fd, fp) if f.error or f.requests == 0), None)
+    if error is None:
+        cd, cp = scoring.served("default", d.setting, fd, fd), scoring.served(p.label, p.setting, fp, fd)
+        standing = p.label == kept
+        pays = (cp.holds_bound or not cd.holds_bound) and \
+            cp.score <= cd.score + (scoring.margin if standing else -scoring.margin)
+        v.confirmation = {"pays": pays, "seconds_each": serving.duration_s * CONFIRM_X,
+                          "default": {**cd.figures, "score": cd.score}, "plan": {**cp.figures, "score": cp.score}}
+        if pays:
+            v.reason += (f"; confirmed served again alone with the default: {_words(cp, q)}, against the default's "
+                         f"{_words(cd, q)}")
+            return
+        why = f"{_words(cp, q)}, against the default's {_words(cd, q)}"
+    else:
+        v.confirmation, why = {"pays": False, "error": error}, f"it failed: {error}"
+    v.plan, v.keeps_plan = d, False
+    v.reason = (f"{p.label} scored better under the load beside the other plans ({_words(p, q)}), but not when "
+                f"served again alone with the default in a fresh process: {why}")
 
 
 def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float, margin: float

@@ -55,4 +55,17 @@ def serving_section(plan: dict) -> list[str]:
         score = f"{m['score']:.3f}" if isinstance(m.get("score"), (int, float)) else ""
         out.append(f"| {m['label']} | {m['described']} | {m['throughput_per_s']:.4g} | {m['p50_ms']:.4g} | "
                    f"{m.get(f'{q}_ms', float('nan')):.4g} | {'yes' if m['holds_bound'] else 'no'} | {score} |")
-    return out + [""]
+    return out + [""] + _confirmed(s.get("confirmation"), q)
+
+
+def _confirmed(c: dict | None, q: str) -> list[str]:
+    """The plan chosen over the default, served again with it alone in a fresh process."""
+    if not c:
+        return []
+    if c.get("error"):
+        return [f"Served again alone with the default, the plan failed: {c['error']}.", ""]
+    p, d = c["plan"], c["default"]
+    return [f"Served again alone with the default in a fresh process ({c.get('seconds_each', 0):g} s each): the plan "
+            f"{p['throughput_per_s']:.4g}/s, {q} {p.get(f'{q}_ms', float('nan')):.4g} ms, score {p['score']:.3f}; "
+            f"the default {d['throughput_per_s']:.4g}/s, {q} {d.get(f'{q}_ms', float('nan')):.4g} ms, score "
+            f"{d['score']:.3f}: {'holds' if c.get('pays') else 'does not hold, so the default is served'}.", ""]

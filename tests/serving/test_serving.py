@@ -123,14 +123,25 @@ def _figures(per_s: float, p99: float, n: int = 100) -> LoadFigures:
 
 
 def _verdict(default: list[LoadFigures], plans: dict[str, list[LoadFigures]], kept: str | None = "p",
-             bound_ms=None, weights: Weights | None = None, fixed: dict | None = None) -> ServingVerdict:
+             bound_ms=None, weights: Weights | None = None, fixed: dict | None = None,
+             confirmed: dict[str, LoadFigures] | None = None) -> ServingVerdict:
+    """The verdict over a fake server's figures (the extension point's fake): the round's, then
+    a confirmation's (`confirmed`, by label; default: each chosen setting's figures again)."""
     serving = ServingSettings(name="throughput", threads=2, concurrency=2, bound_ms=bound_ms)
     model = build("mlp", seed=0)
+    figures, offered = {"default": default, **plans}, {}
 
-    def server(backend, models, settings, feed, concurrency, duration_s):      # the extension point's fake
-        assert concurrency == 2 and [m for m, _ in models] == ["default", *plans]
-        assert len(settings["default"]) == 2        # onnxruntime on 2 cores, 2 requests: 1x2 and 2x1
-        return {"default": default, **plans}
+    def server(backend, models, settings, feed, concurrency, duration_s):
+        assert concurrency == 2
+        if not offered:         # the round: every plan with every setting
+            assert [m for m, _ in models] == ["default", *plans] and duration_s == serving.duration_s
+            assert len(settings["default"]) == 2        # onnxruntime on 2 cores, 2 requests: 1x2 and 2x1
+            offered.update(settings)
+            return figures
+        assert len(models) == 2 and models[0][0] == "default" and all(len(v) == 1 for v in settings.values())
+        assert duration_s == pytest.approx(2 * serving.duration_s)
+        return {label: [(confirmed or {}).get(label) or figures[label][offered[label].index(s[0])]]
+                for label, s in settings.items()}
 
     return serve_verdict(serving, None, model, [(label, model) for label in plans], kept, {}, 1.0, server,
                          weights, fixed)
@@ -193,6 +204,23 @@ def test_under_load_the_weights_trade_requests_per_second_for_latency_and_memory
     heavy = _verdict(base, plan, bound_ms=10, weights=Weights(1.0, 1.0, 1.0, throughput=1.0),
                      fixed={"default": (1.0, 0.0, 0), "p": (3.0, 0.0, 1)})
     assert not heavy.keeps_plan and heavy.plan.terms["memory"] == pytest.approx(1.0)
+
+
+def test_a_plan_chosen_under_load_is_confirmed_served_again_alone_with_the_default():
+    base = [_figures(100, 2.0), _figures(150, 2.5)]
+    held = _verdict(base, {"p": [_figures(170, 2.0), _figures(160, 2.0)]})
+    assert held.keeps_plan and held.confirmation["pays"] and "confirmed served again alone" in held.reason
+    assert held.record()["confirmation"]["plan"]["throughput_per_s"] == pytest.approx(170)
+    # alone with the default the plan serves no more: the default is served, and the reason says why
+    lost = _verdict(base, {"p": [_figures(170, 2.0), _figures(160, 2.0)]},
+                    confirmed={"default": _figures(150, 2.5), "p": _figures(130, 2.0)})
+    assert not lost.keeps_plan and lost.plan is lost.default and not lost.confirmation["pays"]
+    assert "but not when served again alone with the default in a fresh process" in lost.reason
+    broken = _verdict(base, {"p": [_figures(170, 2.0), _figures(160, 2.0)]},
+                      confirmed={"default": _figures(150, 2.5), "p": LoadFigures(error="Boom")})
+    assert not broken.keeps_plan and "it failed: Boom" in broken.reason
+    # the default kept in the round: nothing to confirm
+    assert _verdict(base, {"p": [_figures(120, 2.0)] * 2}).confirmation is None
 
 
 def test_a_plan_losing_under_load_rolls_the_decision_back_naming_the_load():
