@@ -295,7 +295,7 @@ def serving_stage(s, backend, decision, verified, prepared, server: LoadServer |
     for m in v.measured:
         say(f"serve: {m['label']} with {m['described']}: " + (m["error"] or (
             f"{m['throughput_per_s']:.4g}/s, p50 {m['p50_ms']:.4g} ms, p{v.percentile:g} {m[q]:.4g} ms, "
-            f"score {m['score']:.3f}"
+            f"score {m.get('score', float('nan')):.3f}"
             + ("" if m["holds_bound"] else f" (over the {v.bound_ms:.4g} ms bound)"))))
     say(f"serve: {v.reason}")
     overrule(decision, v, {verified.candidates[i].label: i for i in served})
