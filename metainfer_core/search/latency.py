@@ -2,7 +2,8 @@
 the anchor (the default plan measured over predicted), by its graph's own anchor where that
 graph (or its graph family) was timed on the default path, minus what double buffering hides
 on a modeled device; bound to another execution path, times that path's ratio for its graph
-family (search/path_costs.py). A lossless rewrite's predicted gain is the default path's: bound
+family (search/path_costs.py). A rewrite adding or removing a node that runs a body (Loop, Scan,
+If) is timed on the default path instead. A lossless rewrite's predicted gain is the default path's: bound
 to another path, a rewritten graph is predicted as the graph before its rewrites runs there
 (Candidate.rewrite_gain); on the default path one whose predicted gain alone would lead the
 search is timed first. Layers a lowered precision keeps float run at the path's float ratio."""
@@ -26,6 +27,13 @@ from metainfer_core.search.path_costs import PathCosts, graph_class, unbound
 # a lossless rewrite predicted to gain at least this over the graph it rewrites is timed where its
 # gain would lead the search (claims_the_lead): within verify's noise it would not matter
 REWRITE_TIMED_GAIN = 0.05
+
+
+def _with_bodies(model: onnx.ModelProto) -> list[str]:
+    """The main graph's nodes that run a body (a Loop, Scan or If): the predictor prices each as
+    one kernel, not its body's work run per step, so a rewrite that adds or removes one is
+    timed, not predicted (its prediction is off by the body's cost, the anchor's whole scale)."""
+    return sorted(n.op_type for n in model.graph.node if any(a.type == onnx.AttributeProto.GRAPH for a in n.attribute))
 
 
 def per_kernel_ms(cost_model: CostModel, kernels: list[Kernel]) -> np.ndarray:
@@ -86,6 +94,9 @@ class LatencyEstimates:
             cost, fresh = self._path_cost(c, path, latency, graph_key)
         anchor = self.graph_anchors.get(graph_key)
         share = 0.0
+        if anchor is None and parent is None and origin is not None and self.timer is not None and latency > 0 \
+                and _with_bodies(m) != _with_bodies(origin.model):
+            anchor = self._timed_graph(m, graph_key, latency)
         if anchor is None and origin is not None and c.steps and c.steps[-1].kind not in self.lossy:
             anchor, share = origin.graph_anchor, origin.float_share
         if anchor is None and whole is not None:
@@ -135,14 +146,21 @@ class LatencyEstimates:
         predictor reads worst)."""
         if family in self._untimed:
             return None
-        measured = self.timed(unbound(m))
-        if measured is None:
+        anchor = self._timed_graph(m, graph_key, predicted_ms)
+        if anchor is None:
             self._untimed.add(family)
             return None
-        anchor = measured / predicted_ms
-        self.graph_anchors[graph_key] = anchor
         self.family_anchors[family] = anchor
         return anchor
+
+    def _timed_graph(self, m, graph_key: str, predicted_ms: float) -> float | None:
+        """`m` timed on the default path: measured over predicted anchors that graph (None where
+        the default path cannot run it)."""
+        measured = self.timed(unbound(m))
+        if measured is None:
+            return None
+        self.graph_anchors[graph_key] = measured / predicted_ms
+        return self.graph_anchors[graph_key]
 
     def timed(self, m: onnx.ModelProto) -> float | None:
         """`m`'s latency on the default path (the timer), counted as anchor timing; None where

@@ -164,6 +164,39 @@ def test_a_lossless_rewrite_whose_predicted_gain_would_lead_is_timed_first(model
     assert len(timed) == 1 and again.latency_ms == pytest.approx(tiled.latency_ms)
 
 
+@pytest.mark.alone
+def test_a_rewrite_removing_a_loop_is_timed_not_predicted():
+    """The predictor prices a Loop as one kernel, not its body run per step: anchored on the
+    loop model, the recurrent operator that replaces it would be predicted many times slow.
+    The rewrite is timed on the default path instead, once, and predicted at what it measures."""
+    from metainfer_core.accuracy.metric import run_cpu
+    from metainfer_core.ir.tensors import random_feeds
+    from metainfer_core.normalize import normalize
+    from metainfer_core.zoo.keras_rnn import keras_rnn
+
+    m = normalize(keras_rnn("gru", features=32, hidden=64, steps=40, batch=1), None).model
+    be = backend("cpu")
+    feeds = [random_feeds(m, seed=i) for i in range(2)]
+    timed: list = []
+
+    def timer(g):
+        timed.append(g)
+        return measured_default_ms(be, g, feeds[0])
+
+    ev = Evaluator(FakeCostModel(), be.info, BALANCED, 0.01, feeds, run_cpu(m, feeds), LOSSY,
+                   anchor_ms=measured_default_ms(be, m, feeds[0]), timer=timer)
+    default = Candidate(m)
+    ev.set_baseline(default)
+    recurrent = ACTIONS["recurrent"]
+    site = recurrent.sites(m, {}, be.info)[0]
+    fused = ev.evaluate(Candidate(recurrent.apply(m, site, {}, ActionContext(target=be.info)),
+                                  (Step("recurrent", site, ()),)), origin=default)
+    assert len(timed) == 1 and ev.timings["anchors_timed"] == 1
+    measured = measured_default_ms(be, fused.model, feeds[0])
+    assert 1 / ANCHORED < fused.latency_ms / measured < ANCHORED, (fused.latency_ms, measured)
+    assert fused.latency_ms < default.latency_ms and fused.rewrite_gain < 1
+
+
 def test_a_lossless_rewrite_on_another_path_runs_as_the_graph_before_it(models):
     """A tiling predicted 3x faster on the default path. Bound to OpenVINO, the tiled graph is
     the one its path was measured on: predicted at what it measured there (not its predicted
