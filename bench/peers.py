@@ -47,7 +47,6 @@ from typing import Callable, Protocol
 import numpy as np
 import onnx
 import onnxruntime as ort
-import yaml
 
 from bench.labels import AAC_ITERATIONS, AAC_RANKING_SUBSET, AAC_TIMEOUT_S, PEERS
 from metainfer_core.accuracy.metric import plan_loss, run_cpu
@@ -59,7 +58,6 @@ from metainfer_core.backends.ov_backend import OpenVinoBackend, ov_core, read_on
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.timing import SETTLE, interleaved
 
-CPU_TARGET = Path(__file__).resolve().parent.parent / "conf" / "target" / "cpu.yaml"
 
 Feeds = dict[str, np.ndarray]
 
@@ -93,8 +91,13 @@ def precision_of(model: onnx.ModelProto) -> str:
 
 # --- ONNX Runtime ---------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
 def _cpu_spec() -> dict:
-    return yaml.safe_load(CPU_TARGET.read_text())["spec"]
+    """The `cpu` target's spec as an adapt with the defaults composes it: the serving group's
+    threads included (conf/target/cpu.yaml names none), so the peers run at a plan's threads."""
+    from app.compose import target_backend
+
+    return dict(target_backend("cpu").spec)
 
 
 @functools.lru_cache(maxsize=1)

@@ -52,6 +52,16 @@ def test_openvino_peers_compile_as_a_plan_bound_to_openvino():
     assert (default["INFERENCE_NUM_THREADS"], default["PERFORMANCE_HINT"], default["NUM_STREAMS"]) == (1, "LATENCY", 1)
 
 
+def test_onnx_runtime_peers_run_at_the_threads_a_plan_is_verified_at(mlp):
+    """The serving group's threads (one under the defaults), not every core: conf/target/cpu.yaml
+    names none, and a session without them takes all."""
+    from app.compose import target_backend
+
+    threads = target_backend("cpu").spec["intra_op_threads"]
+    assert threads == 1
+    assert peers.OrtPeer(mlp).compiled.session.get_session_options().intra_op_num_threads == threads
+
+
 def test_a_failing_peer_is_a_result_not_a_crash(mlp):
     feeds = [random_feeds(mlp, seed=0)]
 
