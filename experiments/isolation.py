@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 3
@@ -50,10 +49,9 @@ def _busy(stop, share: float = BUSY_SHARE) -> None:
 
 
 def _backend():
-    from metainfer_core.backends import create_backend
+    from app.compose import target_backend
 
-    conf = yaml.safe_load((ROOT / "conf" / "target" / "cpu.yaml").read_text())
-    return create_backend(conf["_target_"], conf["name"], conf["measurement"], conf["spec"], 0)
+    return target_backend("cpu")
 
 
 def _bound(model: onnx.ModelProto, npz: str | None) -> tuple[onnx.ModelProto, dict]:

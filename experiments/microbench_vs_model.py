@@ -7,11 +7,9 @@ inside a whole-model run from ONNX Runtime's profiler, measured side by side in 
 from __future__ import annotations
 
 import numpy as np
-import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from app.compose import CONF_DIR
-from metainfer_core.backends import create_backend
+from app.compose import target_backend
 from metainfer_core.fingerprint.profiler import kernel_model
 from metainfer_core.ir.kernels import group_kernels
 from metainfer_core.ir.tensors import random_feeds, tensor_infos
@@ -44,8 +42,7 @@ def model():
 
 
 def main() -> None:
-    cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
-    cpu = create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+    cpu = target_backend("cpu")
     m = model()
     infos = tensor_infos(m)
     whole = cpu.compile(m).node_times_us(random_feeds(m), runs=50)

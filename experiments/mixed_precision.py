@@ -258,10 +258,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--skip-adapt", action="store_true", help="no adapt run: (b) left out")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    from metainfer_core.backends import create_backend
-    import yaml
-    cfg = yaml.safe_load((ROOT / "conf" / "target" / "cpu.yaml").read_text())
-    info = create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"]).info
+    from app.compose import target_backend
+
+    info = target_backend("cpu").info
     rows = []
     with tempfile.TemporaryDirectory(prefix="metainfer-mixed-") as tmp:
         store = Path(a.store or tmp)

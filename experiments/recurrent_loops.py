@@ -15,12 +15,10 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import yaml
 
-from app.compose import CONF_DIR
+from app.compose import target_backend
 from metainfer_core.actions import ACTIONS, ActionContext
 from metainfer_core.zoo.keras_rnn import keras_rnn
-from metainfer_core.backends import create_backend
 from metainfer_core.backends.timing import SETTLE, interleaved, warm_up
 from metainfer_core.normalize import normalize
 
@@ -37,8 +35,7 @@ def main() -> None:
     ap.add_argument("--normalize", action="store_true")
     args = ap.parse_args()
 
-    cfg = yaml.safe_load((CONF_DIR / "target" / "cpu.yaml").read_text())
-    backend = create_backend(cfg["_target_"], cfg["name"], cfg["measurement"], cfg["spec"])
+    backend = target_backend("cpu")
     loops = keras_rnn(args.cell, features=args.features, hidden=args.hidden, layers=args.layers,
                       return_sequences=False, scale=0.1)
     if args.normalize:
@@ -58,7 +55,7 @@ def main() -> None:
         warm_up(c, feeds)
     samples = interleaved(compiled, [feeds] * len(compiled), args.rounds, SETTLE)
     print(f"{args.layers}-layer {args.cell.upper()}, {args.features} inputs, {args.hidden} hidden, {args.steps} steps, "
-          f"batch {args.batch}; cpu target (ONNX Runtime, {cfg['spec']['intra_op_threads']} thread), "
+          f"batch {args.batch}; cpu target (ONNX Runtime, {backend.spec['intra_op_threads']} thread), "
           f"{args.rounds} interleaved rounds")
     medians = []
     for name, s in zip(graphs, samples):
