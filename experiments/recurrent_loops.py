@@ -33,17 +33,20 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--normalize", action="store_true")
+    ap.add_argument("--tf2onnx", action="store_true", help="the loop as tf2onnx writes it (counter, while condition)")
     args = ap.parse_args()
 
     backend = target_backend("cpu")
+    tf2onnx = {"counter": True, "cond": "tf2onnx", "carried_weights": True} if args.tf2onnx else {}
     loops = keras_rnn(args.cell, features=args.features, hidden=args.hidden, layers=args.layers,
-                      return_sequences=False, scale=0.1)
+                      return_sequences=False, scale=0.1, **tf2onnx)
     if args.normalize:
         loops = normalize(loops, {"x": [args.batch, args.steps, args.features]}).model
     action = ACTIONS["recurrent"]
-    site = action.sites(loops, {}, backend.info)[0]
-    assert action.legal(loops, site, {}, backend.info) is None, action.legal(loops, site, {}, backend.info)
-    fused = action.apply(loops, site, {}, ActionContext(target=backend.info))
+    fused = loops
+    while sites := action.sites(fused, {}, backend.info):     # every layer's loop
+        assert action.legal(fused, sites[0], {}, backend.info) is None, action.legal(fused, sites[0], {}, backend.info)
+        fused = action.apply(fused, sites[0], {}, ActionContext(target=backend.info))
 
     rng = np.random.default_rng(0)
     feeds = {"x": rng.standard_normal((args.batch, args.steps, args.features)).astype(np.float32)}
