@@ -39,6 +39,10 @@ CONFIRM_MAX_S = 60.0      # a slow model gets fewer than CONFIRM_MIN_ROUNDS (nev
 LOAD_TIMEOUT_S = 120.0    # a load job's worker: compiles and start-up, beyond its settings' serving time
 
 
+class WorkerTimedOut(MetaInferError):
+    """The measurement worker did not answer in its time and was stopped (a runtime hung)."""
+
+
 def recipe(backend: Backend) -> tuple | None:
     """What rebuilds `backend` in another process, or None where it cannot be (or need not be)."""
     cls = type(backend)
@@ -74,7 +78,7 @@ def _call(job: dict, timeout_s: float | None = None) -> object:
                 pass
             data = _read_all(answer, proc, timeout_s)      # until the child closes it (exits)
         if data is None:
-            raise MetaInferError(f"the measurement worker did not answer within {timeout_s:.0f} s and was stopped")
+            raise WorkerTimedOut(f"the measurement worker did not answer within {timeout_s:.0f} s and was stopped")
         code = proc.wait()
         if code == 0 and data:
             return pickle.loads(data)
@@ -209,9 +213,10 @@ def serve_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], 
                           "models": [(label, m.SerializeToString()) for label, m in models],
                           "settings": settings, "duration_s": duration_s},
                          timeout_s=LOAD_TIMEOUT_S + n * (duration_s + WARM_S))
-        except MetaInferError as exc:
-            if "did not answer" in str(exc):    # hung: serving here would hang the run too
-                return {label: [LoadFigures(error=str(exc)) for _ in settings[label]] for label, _ in models}
+        except WorkerTimedOut as exc:       # hung: serving here would hang the run too
+            return {label: [LoadFigures(error=str(exc)) for _ in settings[label]] for label, _ in models}
+        except MetaInferError:              # the worker died (a runtime crashing): served here instead
+            pass
     return serve_all(backend, models, settings, feed, concurrency, duration_s)
 
 
