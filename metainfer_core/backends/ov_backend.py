@@ -128,14 +128,20 @@ class OvCompiled(Compiled):
 
     def slots(self, n: int, feeds: dict[str, np.ndarray]) -> list:
         """`n` infer requests of the model compiled for `feeds`' shapes: the plugin runs them on
-        its streams at once (one request is not safe to run from two threads)."""
+        its streams at once (one request is not safe to run from two threads). Each is run once
+        here, one after another: a request's first run specializes it, and requests specializing at
+        once on a machine with few cores were reported to hang the CPU plugin, as a load here once
+        did (docs/decisions/2026-12-07-a-load-that-hung.md)."""
         self._ready(feeds)
         compiled = self.compiled
+        requests = [compiled.create_infer_request() for _ in range(n)]
+        for request in requests:
+            request.infer(feeds)
 
         def slot(request):
             return lambda f: self._outputs_of(compiled, request.infer(f))
 
-        return [slot(compiled.create_infer_request()) for _ in range(n)]
+        return [slot(r) for r in requests]
 
     def time_once(self, feeds) -> float:
         self._ready(feeds)

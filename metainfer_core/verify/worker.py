@@ -14,7 +14,9 @@ do not depend on the process; a test's wrapper) is measured in this process, as 
 from __future__ import annotations
 
 import os
+import logging
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,7 @@ from metainfer_core.errors import MetaInferError
 from metainfer_core.verify.measure import VerifyResult, run_plans
 
 Feed = dict[str, np.ndarray]
+_log = logging.getLogger(__name__)
 
 CONFIRM_PROCESSES = 5     # a confirmation pools this many fresh processes, one after another...
 CONFIRM_TIMED_S = 1.0     # ...each timing rounds for about this long...
@@ -37,10 +40,17 @@ CONFIRM_MIN_ROUNDS = 12   # ...never fewer rounds each (60 pooled: the bootstrap
 CONFIRM_MAX_ROUNDS = 100  # ...nor more
 CONFIRM_MAX_S = 60.0      # a slow model gets fewer than CONFIRM_MIN_ROUNDS (never under 10) past this, all processes together
 LOAD_TIMEOUT_S = 120.0    # a load job's worker: compiles and start-up, beyond its settings' serving time
+LOAD_TRIES = 2            # a load whose worker hung is served once more in a fresh one before its settings fail
+EXIT_WAIT_S = 30.0        # a worker that answered and does not exit within this (a runtime's thread stuck) is stopped
 
 
 class WorkerTimedOut(MetaInferError):
-    """The measurement worker did not answer in its time and was stopped (a runtime hung)."""
+    """The measurement worker did not answer in its time and was stopped (a runtime hung); `stacks`:
+    where its threads stood when it was stopped."""
+
+    def __init__(self, message: str, stacks: str = ""):
+        super().__init__(message)
+        self.stacks = stacks
 
 
 def recipe(backend: Backend) -> tuple | None:
@@ -62,7 +72,7 @@ def _rebuild(r: tuple) -> Backend:
 
 def _call(job: dict, timeout_s: float | None = None) -> object:
     """Run `job` in a fresh worker process; its answer, or a MetaInferError with its last words
-    (or, past `timeout_s`, the worker killed and a MetaInferError saying so)."""
+    (or, past `timeout_s`, WorkerTimedOut with the worker's thread stacks, the worker stopped)."""
     read_fd, write_fd = os.pipe()
     with tempfile.TemporaryFile() as err:        # a file, not a pipe: a chatty runtime cannot block the child
         try:
@@ -78,8 +88,15 @@ def _call(job: dict, timeout_s: float | None = None) -> object:
                 pass
             data = _read_all(answer, proc, timeout_s)      # until the child closes it (exits)
         if data is None:
-            raise WorkerTimedOut(f"the measurement worker did not answer within {timeout_s:.0f} s and was stopped")
-        code = proc.wait()
+            raise WorkerTimedOut(f"the measurement worker did not answer within {timeout_s:.0f} s and was stopped",
+                                 _stacks(err))
+        try:
+            code = proc.wait(EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:           # answered, then stuck on its way out: the answer stands
+            proc.kill()
+            code = proc.wait()
+            if data:
+                return pickle.loads(data)
         if code == 0 and data:
             return pickle.loads(data)
         err.seek(0)
@@ -88,7 +105,8 @@ def _call(job: dict, timeout_s: float | None = None) -> object:
 
 
 def _read_all(answer, proc, timeout_s: float | None) -> bytes | None:
-    """What the child writes until it closes its end; None (the child killed) past `timeout_s`."""
+    """What the child writes until it closes its end; None (the child stopped, its thread stacks
+    dumped first to its stderr) past `timeout_s`."""
     if timeout_s is None:
         return answer.read()
     import select
@@ -97,13 +115,30 @@ def _read_all(answer, proc, timeout_s: float | None) -> bytes | None:
     while True:
         left = end - time.monotonic()
         if left <= 0 or not select.select([answer], [], [], left)[0]:
-            proc.kill()
-            proc.wait()
+            _stop(proc)
             return None
         chunk = os.read(answer.fileno(), 1 << 16)
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
+
+
+def _stop(proc) -> None:
+    """Ask the worker for its threads' stacks (faulthandler, registered in main()), then kill it."""
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        proc.wait(2.0)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        pass
+    proc.kill()
+    proc.wait()
+
+
+def _stacks(err) -> str:
+    err.seek(0)
+    text = err.read().decode(errors="replace")
+    at = text.find("Thread 0x")
+    return text[at:][-8000:] if at >= 0 else ""
 
 
 def run_plans_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], feeds: list[Feed],
@@ -208,15 +243,20 @@ def serve_isolated(backend: Backend, models: list[tuple[str, onnx.ModelProto]], 
     r = recipe(backend)
     if r is not None:
         n = sum(len(v) for v in settings.values())
-        try:
-            return _call({"job": "load", "backend": r, "feed": feed, "concurrency": concurrency,
-                          "models": [(label, m.SerializeToString()) for label, m in models],
-                          "settings": settings, "duration_s": duration_s},
-                         timeout_s=LOAD_TIMEOUT_S + n * (duration_s + WARM_S))
-        except WorkerTimedOut as exc:       # hung: serving here would hang the run too
-            return {label: [LoadFigures(error=str(exc)) for _ in settings[label]] for label, _ in models}
-        except MetaInferError:              # the worker died (a runtime crashing): served here instead
-            pass
+        job = {"job": "load", "backend": r, "feed": feed, "concurrency": concurrency,
+               "models": [(label, m.SerializeToString()) for label, m in models],
+               "settings": settings, "duration_s": duration_s}
+        for attempt in range(1, LOAD_TRIES + 1):
+            try:
+                return _call(job, timeout_s=LOAD_TIMEOUT_S + n * (duration_s + WARM_S))
+            except WorkerTimedOut as exc:       # hung: serving here would hang the run too
+                _log.warning("serving worker hung (try %d of %d); its threads:\n%s", attempt, LOAD_TRIES,
+                             exc.stacks or "(no stacks)")
+                if attempt == LOAD_TRIES:
+                    return {label: [LoadFigures(error=f"{exc} ({LOAD_TRIES} times)") for _ in settings[label]]
+                            for label, _ in models}
+            except MetaInferError:              # the worker died (a runtime crashing): served here instead
+                break
     return serve_all(backend, models, settings, feed, concurrency, duration_s)
 
 
@@ -239,6 +279,9 @@ def _serve(job: dict) -> object:
 
 
 def main(argv: list[str]) -> int:
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)     # where it stands, when stopped for hanging
     answer = os.fdopen(int(argv[1]), "wb")
     os.dup2(2, 1)               # whatever a runtime prints goes to stderr, never into the answer
     job = pickle.load(sys.stdin.buffer)

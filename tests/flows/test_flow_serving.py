@@ -26,7 +26,8 @@ def test_throughput_serving_measures_settings_under_load_and_load_plan_serves_th
     assert serving["mode"] == "throughput" and serving["concurrency"] == 2
     assert serving["request_threads"] == max(1, serving["cores"] // 2)
     defaults = [m for m in serving["measured"] if m["label"] == "default"]
-    assert defaults and all(m["error"] is None and m["requests"] > 0 and m["throughput_per_s"] > 0 for m in defaults)
+    assert defaults and all(m["error"] is None and m["requests"] > 0 and m["throughput_per_s"] > 0
+                            for m in defaults), [(m["described"], m["error"]) for m in defaults]
     assert all(m["p50_ms"] <= m["p99_ms"] for m in defaults)
     assert serving["bound_ms"] > 0 and serving["setting"] in [m["setting"] for m in serving["measured"]]
     assert "serve: " in res.stdout + res.stderr

@@ -320,5 +320,6 @@ def test_a_worker_that_does_not_answer_in_time_is_stopped():
     job = {"job": "load", "backend": recipe(backend("cpu")), "models": [("default", model.SerializeToString())],
            "settings": {"default": [{"sessions": 1, "intra_op_threads": 1}]}, "feed": random_feeds(model, seed=0),
            "concurrency": 1, "duration_s": 60.0}
-    with pytest.raises(MetaInferError, match="did not answer within 3 s"):
+    with pytest.raises(MetaInferError, match="did not answer within 3 s") as stopped:
         _call(job, timeout_s=3)
+    assert "Thread 0x" in stopped.value.stacks and "under_load" in stopped.value.stacks    # where it stood
