@@ -99,41 +99,63 @@ def open_config(run: Path, config: dict, concurrency: int, feed: dict) -> tuple[
     return pool.run, inputs, (_plugin_streams(made[0]) if made else {}) | {"setting": config["setting"]}
 
 
+def _open(run: Path, config: dict, row: dict, concurrency: int, feeds: list[dict], reference) -> tuple | None:
+    """(row, run(feeds), one feed, [its LoadFigures]) for a configuration opened and scored on
+    `feeds` against `reference`; None (the row's error set) where it fails to open or run."""
+    import numpy as np
+
+    from metainfer_core.accuracy.metric import plan_loss
+    from metainfer_core.serving.load import LoadFigures
+
+    stage = "open"
+    try:
+        t0 = time.perf_counter()
+        call, inputs, chose = open_config(run, config, concurrency, feeds[0])
+        row["open_s"], row["chose"] = time.perf_counter() - t0, chose
+        stage = "run"
+        outs = [[np.asarray(o) for o in call({k: f[k] for k in inputs})] for f in feeds]
+        row["accuracy_loss"] = float(plan_loss(reference, outs))
+        return row, call, {k: feeds[0][k] for k in inputs}, [LoadFigures()]
+    except Exception as exc:  # noqa: BLE001 - one configuration failing is its row's error
+        row["error"] = f"{stage}: {type(exc).__name__}: {str(exc).strip()[:300]}"
+        return None
+
+
 def serve(run: Path, configs: list[dict], feeds: list[dict], concurrency: int, duration_s: float,
           q: float, warm_s: float | None = None) -> dict[str, Any]:
     """Every configuration opened, scored and served side by side (module docstring): {configs:
     [{label, ..., accuracy_loss, chose, throughput_per_s, requests, p50_ms, p<q>_ms, error}],
-    pid, heavy_modules}. A configuration that fails to open, run or serve has its error."""
-    import numpy as np
+    pid, heavy_modules}. A configuration that fails to open, run or serve has its error. The
+    plan is opened first and again last, and its row pools both copies (`aa_ratio`: the first
+    copy's requests/s over the last one's, the position's own effect)."""
     import onnx
 
-    from metainfer_core.accuracy.metric import plan_loss, run_cpu
-    from metainfer_core.serving.load import WARM_S, LoadFigures, under_load
+    from metainfer_core.accuracy.metric import run_cpu
+    from metainfer_core.serving.load import WARM_S, under_load
 
     warm_s = WARM_S if warm_s is None else warm_s
     default = onnx.load(str(run / "default.onnx"))
     reference = run_cpu(default, feeds)
-    rows, live = [], []
+    rows, live, plans = [], [], []
     for config in configs:
         row = {"error": None} | {k: v for k, v in config.items() if k not in ("spec", "file")}
         rows.append(row)
-        if row["error"]:        # its model could not be built
-            continue
-        stage = "open"
-        try:
-            t0 = time.perf_counter()
-            call, inputs, chose = open_config(run, config, concurrency, feeds[0])
-            row["open_s"], row["chose"] = time.perf_counter() - t0, chose
-            stage = "run"
-            outs = [[np.asarray(o) for o in call({k: f[k] for k in inputs})] for f in feeds]
-            row["accuracy_loss"] = float(plan_loss(reference, outs))
-            live.append((row, call, {k: feeds[0][k] for k in inputs}, [LoadFigures()]))
-        except Exception as exc:  # noqa: BLE001 - one configuration failing is its row's error
-            row["error"] = f"{stage}: {type(exc).__name__}: {str(exc).strip()[:300]}"
-    for half in (live, live[::-1]):       # half the time in one order, half in the reverse one
+        opened = None if row["error"] else _open(run, config, row, concurrency, feeds, reference)
+        if opened:
+            live.append(opened)
+            if config.get("kind") == "plan":
+                plans.append((opened, config))
+    # the plan opened again last (what is opened first ran a few % slower here): both copies' loads pooled
+    again = [(entry, _open(run, config, {}, concurrency, feeds, reference)) for entry, config in plans]
+    again = [(entry, copy) for entry, copy in again if copy]
+    served = live + [copy for _, copy in again]
+    for half in (served, served[::-1]):       # half the time in one order, half in the reverse one
         for row, call, feed, figures in half:
             if figures[0].error is None:
                 figures[0] = figures[0].merged(under_load(call, feed, concurrency, duration_s / 2, warm_s))
+    for (row, _, _, first), (_, _, _, last) in again:
+        row["aa_ratio"] = first[0].throughput_per_s / last[0].throughput_per_s if last[0].throughput_per_s else None
+        first[0] = first[0].merged(last[0])
     for row, _, _, figures in live:
         row |= figures[0].as_dict(q)
         if row["error"]:

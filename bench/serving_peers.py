@@ -4,7 +4,8 @@ ONE fresh process (bench/serving_child.py: no Prefect, MLflow, NNCF or bench.pee
 side by side, under the same closed-loop load (metainfer_core.serving.load.under_load: plan.json
 `serving.concurrency` clients, the same time for all, in two halves in swapped order):
 
-- meta-infer's plan: load_plan(run folder), with the setting plan.json records;
+- meta-infer's plan: load_plan(run folder), with the setting plan.json records, opened first
+  and again last (what is opened first ran a few % slower here), both copies' loads pooled;
 - ONNX Runtime on default.onnx: 1 session x N threads and `concurrency` sessions x N/concurrency
   threads (N: plan.json `serving.cores`);
 - OpenVINO f32 under its THROUGHPUT hint (the streams its plugin picks, as benchmark_app runs it)

@@ -95,7 +95,9 @@ def name(cfg: dict) -> str:
 
     if cfg.get("peer") == "meta_infer":
         setting = (cfg.get("chose") or {}).get("setting")
-        return f"**meta-infer** (load_plan{': ' + describe(setting) if setting else ''})"
+        aa = cfg.get("aa_ratio")
+        return (f"**meta-infer** (load_plan{': ' + describe(setting) if setting else ''}"
+                f"{f'; opened first and last, pooled: first / last copy {aa:.3f}' if aa else ''})")
     return f"{NAMES.get(cfg.get('peer'), cfg.get('peer'))}, {describe(cfg.get('setting') or {})}"
 
 

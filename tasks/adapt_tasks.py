@@ -71,7 +71,7 @@ def timed(budget: Budget, timings: dict[str, float], stage: str, task, *args, bo
 
 @task(name="normalize", cache_policy=NO_CACHE)
 def normalize_task(run: Run) -> Prepared:
-    return prepare_stage(run.s, run.backend.info.static_shapes, _progress)
+    return prepare_stage(run.s, run.backend.info.static_shapes, _progress, getattr(run.backend, "path_failure", None))
 
 
 @task(name="profile", cache_policy=NO_CACHE)

@@ -50,6 +50,28 @@ class HostBackend(OrtBackend):
             cache[path] = runtime_of(path.runtime).backend(path, self.name, self.measurement, spec, self.seed)
         return cache[path]
 
+    def path_failure(self, model: onnx.ModelProto, feeds: dict, runs_at: dict) -> tuple[str, str] | None:
+        """(label, error) of the first execution path other than the default that cannot run
+        `model` on `feeds` (compiled for their shapes, run once) but runs it on `runs_at` (a path
+        that cannot run the model at all is not failing at these shapes); None where none."""
+        def error(path: ExecutionPath, bound: onnx.ModelProto, f: dict) -> str | None:
+            try:
+                self.path_backend(path).compile(bound).run(f)
+                return None
+            except Exception as exc:  # noqa: BLE001 - why it fails is the answer
+                return (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+
+        for path in self.paths:
+            if path.is_default:
+                continue
+            bound = onnx.ModelProto()
+            bound.CopyFrom(model)
+            path.write_to(bound)
+            why = error(path, bound, feeds)
+            if why is not None and error(path, bound, runs_at) is None:
+                return path.label, why
+        return None
+
     def compile(self, model: onnx.ModelProto) -> Compiled:
         path = ExecutionPath.of(model)
         return super().compile(model) if path.is_default else self.path_backend(path).compile(model)

@@ -20,6 +20,7 @@ from metainfer_core.prepare.served_shapes import ServedShapes
 from metainfer_core.settings import Settings
 
 Progress = Callable[[str], None]
+PathFailure = Callable[..., "tuple[str, str] | None"]     # backends/host.py HostBackend.path_failure
 
 
 def _point_feeds(s: Settings, model: onnx.ModelProto, point: Point, k: int,
@@ -43,11 +44,16 @@ POINT_SEED = 2000           # their seeds: apart from the calibration and held-o
 
 def point_sets_of(s: Settings, model: onnx.ModelProto, served: ServedShapes, progress: Progress,
                 groups: dict[str, dict[str, np.ndarray]] | None = None,
-                real: list[dict[str, np.ndarray]] | None = None) -> list[tuple[Point, SampleSet]]:
+                real: list[dict[str, np.ndarray]] | None = None,
+                path_failure: PathFailure | None = None, tuned: dict[str, np.ndarray] | None = None
+                ) -> list[tuple[Point, SampleSet]]:
     """The inputs and the reference outputs at each point of the range but the tuned one: the
     samples of data.inputs' group of that shape, else its judging samples cropped or tiled to
-    it, else random ones. A declared range the model itself cannot run at is refused; a derived point (half or double the tuned size) the model
-    cannot run at is dropped, and a run warning says so."""
+    it, else random ones. A declared range the model itself cannot run at is refused; a derived
+    point (half or double the tuned size) the model cannot run at is dropped, and a run warning
+    says so. So is a derived point where another execution path the target offers cannot run
+    the model while it runs it on `tuned` (`path_failure`; e.g. a pooling window wider than the
+    input there): the range was a guess, and kept, it would rule that path out at every shape."""
     sets, kept = [], []
     for k, point in enumerate(served.points):
         if point.name == "opt":
@@ -55,7 +61,16 @@ def point_sets_of(s: Settings, model: onnx.ModelProto, served: ServedShapes, pro
             continue
         try:
             feeds, labels = _point_feeds(s, model, point, k, groups, real)
-            sets.append((point, SampleSet(feeds, run_cpu(model, feeds), make_loss(s.accuracy.metric, labels))))
+            reference = run_cpu(model, feeds)
+            failed = None if served.declared or path_failure is None or tuned is None else \
+                path_failure(model, feeds[0], tuned)
+            if failed:
+                served.dropped.append(f"shapes: execution path {failed[0]} cannot run the model at {point.where()} "
+                                      f"({point.name} of the range derived from the tuned shape: {failed[1]}); not "
+                                      "verified there, for plans on any path")
+                progress(f"WARNING: {served.dropped[-1]}")
+                continue
+            sets.append((point, SampleSet(feeds, reference, make_loss(s.accuracy.metric, labels))))
             kept.append(point)
         except Exception as exc:  # noqa: BLE001 - the model's own limit (a position table, a stride), said below
             why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -20,7 +20,7 @@ from metainfer_core.ir.features import model_feature_map
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize import NormalizeResult, load_model, normalize, unbound_inputs
 from metainfer_core.normalize.shape_range import Point
-from metainfer_core.prepare.range_points import point_sets_of
+from metainfer_core.prepare.range_points import PathFailure, point_sets_of
 from metainfer_core.prepare.served_shapes import ServedShapes, served_shapes
 from metainfer_core.settings import Settings
 
@@ -113,7 +113,8 @@ def _held_out(s: Settings, model: onnx.ModelProto, feeds: list[dict[str, np.ndar
     return cal, held, f"every {HOLD_OUT_EVERY}rd sample of data.inputs, held out", []
 
 
-def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print) -> Prepared:
+def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = print,
+                  path_failure: PathFailure | None = None) -> Prepared:
     from metainfer_core.normalize.equivalence import MAX_SAMPLES
     from metainfer_core.normalize.input_memory import check_input_memory
     from metainfer_core.normalize.inputs import fit_samples, load_samples, sample_groups
@@ -182,7 +183,7 @@ def prepare_stage(s: Settings, target_static_shapes: bool, progress: Progress = 
         progress(f"WARNING: reference outputs {degenerate} are near-constant on the validation inputs, so accuracy "
                  "figures for them mean little; give real inputs with data.inputs=<file.npz>")
     real = (held_out.feeds if held_out is not None else feeds) if s.data.inputs is not None else None
-    point_sets = point_sets_of(s, result.model, served, progress, groups, real)
+    point_sets = point_sets_of(s, result.model, served, progress, groups, real, path_failure, feeds[0])
     return Prepared(s.model.name, source, sha, result, model_feature_map(result.model), feeds, reference, degenerate,
                     make_loss(s.accuracy.metric, labels), time.perf_counter() - t0, held_out=held_out,
                     judged_on=judged_on, warnings=warnings, served=served, point_sets=point_sets)

@@ -110,6 +110,7 @@ def test_a_run_folder_is_served_beside_its_peers_in_a_fresh_process(tmp_path):
         assert c["error"] is None and c["requests"] > 0 and c["p50_ms"] <= c["p99_ms"], c
         assert c["accuracy_loss"] < 0.01
     assert by["meta_infer"]["chose"]["setting"] == serving["setting"]          # served as plan.json records
+    assert by["meta_infer"]["aa_ratio"] > 0                                     # opened first and last, pooled
     assert by["ov_f32/THROUGHPUT"]["chose"]["streams"].isdigit()               # the plugin's pick, reported
     assert by["ov_f32/LATENCY"]["chose"]["streams"] == "1"
     child = row["child"]

@@ -64,6 +64,45 @@ def test_a_derived_point_the_model_cannot_run_at_is_dropped_with_a_warning(setti
     assert any(m.startswith("WARNING: shapes:") for m in said)
 
 
+def _pooling(path, height_window: int = 4):
+    """x [1, 1, h, 8] -> AveragePool over `height_window` rows, no padding: ONNX Runtime gives an
+    empty output where h is under the window, OpenVINO refuses to compile there."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, "h", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, "h_out", 8])
+    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[height_window, 1])
+    onnx.save(helper.make_model(helper.make_graph([pool], "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 13)]),
+              str(path))
+    return path
+
+
+def test_a_derived_point_another_execution_path_cannot_run_at_is_dropped_naming_the_path(settings_for, tmp_path):
+    from twins import backend
+
+    host = backend("cpu")
+    if not any(p.runtime == "openvino" for p in host.paths):
+        pytest.skip("this host offers no OpenVINO path")
+    path = _pooling(tmp_path / "pool.onnx")
+    s = settings_for("model=file", f"model.path={path}", "target=cpu", "model.input_shapes={x:[1,1,6,8]}")
+    said: list[str] = []
+    p = prepare_stage(s, False, progress=said.append, path_failure=host.path_failure)
+    assert [pt.name for pt in p.served.points] == ["opt", "max"]          # min: h 3, under the window of 4
+    assert "openvino:f32 cannot run the model at x [1, 1, 3, 8]" in p.served.dropped[0], p.served.dropped
+    assert any(m.startswith("WARNING: shapes: execution path openvino:") for m in said)
+    # without the check (a target with no other path) ONNX Runtime runs it there, and min stays
+    assert [pt.name for pt in prepare_stage(s, False, progress=lambda m: None).served.points] == ["opt", "min", "max"]
+    # a path that cannot run the model at the tuned shape either is not failing at the point
+    small = {"x": np.ones((1, 1, 3, 8), np.float32)}
+    assert host.path_failure(onnx.load(str(path)), small, {"x": np.ones((1, 1, 6, 8), np.float32)})[0] == "openvino:f32"
+    assert host.path_failure(onnx.load(str(path)), small, small) is None
+    # a declared range is the user's: never narrowed for a path
+    declared = settings_for("model=file", f"model.path={path}", "target=cpu", "model.shape_range={x:[1,1,[3,12],8]}",
+                            "model.input_shapes={x:[1,1,6,8]}")
+    assert "min" in [pt.name for pt in prepare_stage(declared, False, progress=lambda m: None,
+                                                      path_failure=host.path_failure).served.points]
+
+
 def test_a_declared_range_the_model_cannot_run_at_is_refused(settings_for, tmp_path):
     path = tagger(tmp_path / "tagger.onnx", table_rows=20)
     s = settings_for("model=file", f"model.path={path}", "target=cpu", "model.shape_range={ids:[1,[8,24]],mask:[1,[8,24]]}")
