@@ -13,8 +13,8 @@ it). A backend that cannot be rebuilt from its recipe (a modeled target: simulat
 do not depend on the process; a test's wrapper) is measured in this process, as before."""
 from __future__ import annotations
 
-import os
 import logging
+import os
 import pickle
 import signal
 import subprocess
