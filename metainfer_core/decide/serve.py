@@ -20,6 +20,7 @@ import onnx
 
 from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.search.score import Weights, memory_base
+from metainfer_core.serving.batching import batch_rows
 from metainfer_core.serving.load import LoadFigures
 from metainfer_core.serving.measure import settings_for
 from metainfer_core.serving.options import Setting, describe
@@ -110,19 +111,22 @@ class _Scoring:
 def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[str, onnx.ModelProto]],
                   kept: str | None, feed: dict[str, np.ndarray], default_alone_ms: float,
                   server: LoadServer, weights: Weights | None = None,
-                  fixed: dict[str, tuple[float, float, int]] | None = None) -> ServingVerdict:
+                  fixed: dict[str, tuple[float, float, int]] | None = None, rows: int = 1) -> ServingVerdict:
     """`plans`: the verified plans to serve beside the default, by label; `kept`: the one the
     latency decision kept (None: the default); `default_alone_ms`: the default's latency one
     request at a time (the bound's yardstick when serving.bound_ms is not given); `server`: how
     plans are served under load (verify/worker.serve_isolated); `weights`: the objective (None:
     requests per second alone); `fixed`: per label (the default's too) the terms the load does
-    not change, as verified one request at a time: (peak memory ratio, accuracy loss, actions).
+    not change, as verified one request at a time: (peak memory ratio, accuracy loss, actions);
+    `rows`: the most rows one call may take where requests can be combined (serving/batching.py).
     Every plan x setting is scored with its latency (median) and requests per second under the
     load relative to the default's setting that serves most; each plan's best setting holds the
     bound first, then scores lowest. The plan served scores lowest: the kept plan unless
     another scores lower beyond noise, and no plan unless it scores no worse than the default
     beyond noise (a plan the latency decision did not keep must score better). A plan chosen
-    over the default is confirmed: served again with the default alone (confirm_served)."""
+    over the default is confirmed: served again with the default alone (confirm_served); the
+    default, where it is served, is served again alone (serve_alone). The served figures
+    recorded are those of that second serving, in a process holding only what it serves."""
     import time
 
     t0 = time.perf_counter()
@@ -132,7 +136,7 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
                        weights={"latency": weights.latency, "throughput": weights.throughput})
     scoring = _Scoring(weights, fixed or {}, serving.percentile, v.bound_ms)
     models = [("default", default)] + list(plans)
-    settings = {label: settings_for(m, serving.cores, serving.concurrency) for label, m in models}
+    settings = {label: settings_for(m, serving.cores, serving.concurrency, rows) for label, m in models}
     figures = server(backend, models, settings, feed, serving.concurrency, serving.duration_s)
     q = serving.percentile
     rows = [(label, setting, f) for label, _ in models for setting, f in zip(settings[label], figures[label])]
@@ -162,8 +166,10 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
     if not any(s.holds_bound for s in best.values()):
         v.reason += (f" (no setting of any plan held the p{q:g} bound of {v.bound_ms:.4g} ms under this load: "
                      "the score decided)")
-    elif v.keeps_plan and v.default is not None:
+    if v.keeps_plan and v.default is not None:
         confirm_served(v, scoring, backend, dict(models), feed, server, serving, kept)
+    elif v.plan is not None and not v.keeps_plan:
+        serve_alone(v, scoring, backend, models[0][1], feed, server, serving)
     v.seconds = time.perf_counter() - t0
     return v
 
@@ -193,13 +199,33 @@ def confirm_served(v: ServingVerdict, scoring: _Scoring, backend, models: dict[s
         if pays:
             v.reason += (f"; confirmed served again alone with the default: {_words(cp, q)}, against the default's "
                          f"{_words(cd, q)}")
+            v.plan.figures, v.default.figures = cp.figures, cd.figures     # what a process serving it sees
             return
         why = f"{_words(cp, q)}, against the default's {_words(cd, q)}"
+        d.figures = cd.figures
     else:
         v.confirmation, why = {"pays": False, "error": error}, f"it failed: {error}"
     v.plan, v.keeps_plan = d, False
     v.reason = (f"{p.label} scored better under the load beside the other plans ({_words(p, q)}), but not when "
                 f"served again alone with the default in a fresh process: {why}")
+
+
+def serve_alone(v: ServingVerdict, scoring: _Scoring, backend, default: onnx.ModelProto, feed,
+                server: LoadServer, serving) -> None:
+    """The default, served (no plan beat it), served again at its setting alone in a fresh worker
+    for CONFIRM_X times serving.duration_s: the figures plan.json claims are those of a process
+    holding only what is deployed, not of the round beside the plans (changed in place; the
+    round's figure stays where this one fails)."""
+    d = v.plan
+    f = server(backend, [("default", default)], {"default": [d.setting]}, feed, serving.concurrency,
+               serving.duration_s * CONFIRM_X)["default"][0]
+    if f.error or f.requests == 0:
+        v.confirmation = {"alone": True, "error": f.error or "no request answered"}
+        return
+    alone = scoring.served("default", d.setting, f, f)
+    v.confirmation = {"alone": True, "seconds_each": serving.duration_s * CONFIRM_X,
+                      "default": {**alone.figures, "score": alone.score}}
+    d.figures = alone.figures
 
 
 def _judged(v: ServingVerdict, top: Served | None, kept: str | None, q: float, margin: float
@@ -289,8 +315,9 @@ def serving_stage(s, backend, decision, verified, prepared, server: LoadServer |
     fixed = {"default": (base.peak_mem_bytes / base_mem, 0.0, 0)} | {
         verified.candidates[i].label: (verified.candidates[i].peak_mem_bytes / base_mem,
                                        verified.candidates[i].accuracy_loss, verified.plans[i].changes) for i in served}
+    rows = batch_rows(prepared.model, prepared.served.ranges, prepared.served.tuned) if prepared.served else 1
     v = serve_verdict(s.serving, backend, prepared.model, plans, kept, prepared.feeds[0], default_ms, server,
-                      weights, fixed)
+                      weights, fixed, rows)
     q = f"p{v.percentile:g}_ms"
     for m in v.measured:
         say(f"serve: {m['label']} with {m['described']}: " + (m["error"] or (

@@ -29,6 +29,7 @@ from metainfer_core.normalize.shape_range import Ranges, from_json, outside
 from metainfer_core.plan.bucketed import BUCKETS_FILE, BucketedPlan, load_buckets
 from metainfer_core.plan.plan_file import read_plan
 from metainfer_core.serving.options import split_setting
+from metainfer_core.serving.batching import BatchingPool
 from metainfer_core.serving.pool import Pool, open_pool
 
 _SETTINGS = ("providers", "intra_op_threads", "graph_optimization_level", "performance_hint", "inference_precision")
@@ -63,7 +64,7 @@ class Deployed:
         self.output_names = list(output_names)
         self.serving = serving or {}
         self._compile_one = compile_one
-        self._pools: dict[tuple | None, Pool] = {}
+        self._pools: dict[tuple | None, Pool | BatchingPool] = {}
         self._lock = threading.Lock()
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -80,7 +81,7 @@ class Deployed:
             return self.compiled.run(feeds)
         return self.pool(feeds).run(feeds)
 
-    def pool(self, feeds: dict[str, np.ndarray]) -> Pool:
+    def pool(self, feeds: dict[str, np.ndarray]) -> Pool | BatchingPool:
         """The pool serving `feeds`' shapes (one for all shapes, unless the runtime compiles per shape)."""
         key = tuple((k, np.shape(v)) for k, v in sorted(feeds.items())) if self.compiled.compiles_per_shape else None
         pool = self._pools.get(key)
@@ -124,7 +125,8 @@ def load_plan(run_folder: str | Path, threads: int | None = None) -> Deployed | 
     if threads is not None:
         spec["intra_op_threads"] = threads
         overrides.pop("intra_op_threads", None)
-        serving["setting"] = {"sessions": sessions, **overrides}
+        serving["setting"] = {**serving.get("setting", {}), "sessions": sessions, **overrides}
+        serving["setting"].pop("intra_op_threads", None)
     model = onnx.load(str(model_file))
     runtime = find(record["runtime"])
     if runtime is None:

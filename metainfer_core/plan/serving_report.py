@@ -59,9 +59,17 @@ def serving_section(plan: dict) -> list[str]:
 
 
 def _confirmed(c: dict | None, q: str) -> list[str]:
-    """The plan chosen over the default, served again with it alone in a fresh process."""
+    """What is served, served again in a fresh process: the plan chosen over the default with
+    the default, or the default alone."""
     if not c:
         return []
+    if c.get("alone"):
+        if c.get("error"):
+            return [f"Served again alone in a fresh process, the default failed: {c['error']}.", ""]
+        d = c["default"]
+        return [f"The default, served again alone in a fresh process ({c.get('seconds_each', 0):g} s): "
+                f"{d['throughput_per_s']:.4g}/s, {q} {d.get(f'{q}_ms', float('nan')):.4g} ms: the figures plan.json "
+                "claims for it.", ""]
     if c.get("error"):
         return [f"Served again alone with the default, the plan failed: {c['error']}.", ""]
     p, d = c["plan"], c["default"]

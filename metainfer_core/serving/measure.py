@@ -18,9 +18,10 @@ from metainfer_core.serving.pool import Pool, pool_on
 Feeds = dict[str, np.ndarray]
 
 
-def settings_for(model: onnx.ModelProto, cores: int, concurrency: int) -> list[Setting]:
-    """The serving settings `model`'s execution path offers for this load."""
-    return runtime_of(ExecutionPath.of(model).runtime).serving_options(cores, concurrency)
+def settings_for(model: onnx.ModelProto, cores: int, concurrency: int, rows: int = 1) -> list[Setting]:
+    """The serving settings `model`'s execution path offers for this load (`rows`: the most
+    rows one call may take, serving/batching.py's batch_rows)."""
+    return runtime_of(ExecutionPath.of(model).runtime).serving_options(cores, concurrency, rows)
 
 
 def path_spec(backend: Backend, model: onnx.ModelProto) -> dict[str, Any]:

@@ -44,3 +44,4 @@ def test_throughput_serving_measures_settings_under_load_and_load_plan_serves_th
         t.join()
     assert plan_loss(reference, [outs[i] for i in range(4)]) <= res.plan["accuracy_bound"]
     assert np.isfinite(serving["default"]["throughput_per_s"])
+    assert serving["confirmation"] and not serving["confirmation"].get("error")    # what is served, served again

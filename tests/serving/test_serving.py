@@ -15,6 +15,7 @@ from metainfer_core.backends.runtimes import runtime_of
 from metainfer_core.decide.serve import ServingVerdict, one_at_a_time, overrule, serve_verdict, to_serve
 from metainfer_core.decide.stage import Decision
 from metainfer_core.ir.tensors import random_feeds
+from metainfer_core.plan.serving_report import serving_section
 from metainfer_core.serving.load import LoadFigures, under_load
 from metainfer_core.serving.measure import serve_all
 from metainfer_core.serving.options import describe, doublings
@@ -129,7 +130,7 @@ def _verdict(default: list[LoadFigures], plans: dict[str, list[LoadFigures]], ke
     a confirmation's (`confirmed`, by label; default: each chosen setting's figures again)."""
     serving = ServingSettings(name="throughput", threads=2, concurrency=2, bound_ms=bound_ms)
     model = build("mlp", seed=0)
-    figures, offered = {"default": default, **plans}, {}
+    figures, offered, served_again = {"default": default, **plans}, {}, []
 
     def server(backend, models, settings, feed, concurrency, duration_s):
         assert concurrency == 2
@@ -138,13 +139,16 @@ def _verdict(default: list[LoadFigures], plans: dict[str, list[LoadFigures]], ke
             assert len(settings["default"]) == 2        # onnxruntime on 2 cores, 2 requests: 1x2 and 2x1
             offered.update(settings)
             return figures
-        assert len(models) == 2 and models[0][0] == "default" and all(len(v) == 1 for v in settings.values())
+        assert models[0][0] == "default" and len(models) <= 2 and all(len(v) == 1 for v in settings.values())
+        served_again.append([m for m, _ in models])
         assert duration_s == pytest.approx(2 * serving.duration_s)
         return {label: [(confirmed or {}).get(label) or figures[label][offered[label].index(s[0])]]
                 for label, s in settings.items()}
 
-    return serve_verdict(serving, None, model, [(label, model) for label in plans], kept, {}, 1.0, server,
-                         weights, fixed)
+    v = serve_verdict(serving, None, model, [(label, model) for label in plans], kept, {}, 1.0, server,
+                      weights, fixed)
+    assert len(served_again) == (v.default is not None)     # what is served is served again, once
+    return v
 
 
 def test_the_plan_is_served_only_where_it_serves_more_with_the_bound_held():
@@ -219,8 +223,12 @@ def test_a_plan_chosen_under_load_is_confirmed_served_again_alone_with_the_defau
     broken = _verdict(base, {"p": [_figures(170, 2.0), _figures(160, 2.0)]},
                       confirmed={"default": _figures(150, 2.5), "p": LoadFigures(error="Boom")})
     assert not broken.keeps_plan and "it failed: Boom" in broken.reason
-    # the default kept in the round: nothing to confirm
-    assert _verdict(base, {"p": [_figures(120, 2.0)] * 2}).confirmation is None
+    # the default kept in the round: served again alone, and its figures are the ones claimed
+    alone = _verdict(base, {"p": [_figures(120, 2.0)] * 2}, confirmed={"default": _figures(140, 2.4)})
+    assert alone.confirmation["alone"] and alone.plan is alone.default
+    assert alone.record()["plan"]["throughput_per_s"] == pytest.approx(140)
+    assert alone.measured[1]["throughput_per_s"] == pytest.approx(150)      # the round's figure stays in its row
+    assert "served again alone in a fresh process" in "\n".join(serving_section({"serving": alone.record()}))
 
 
 def test_a_plan_losing_under_load_rolls_the_decision_back_naming_the_load():

@@ -43,14 +43,17 @@ class Runtime(ABC):
         """The precisions it has a datapath for on this CPU (as the runtime reports it)."""
         return set(self.precisions)
 
-    def serving_options(self, cores: int, concurrency: int) -> list[dict[str, Any]]:
+    def serving_options(self, cores: int, concurrency: int, rows: int = 1) -> list[dict[str, Any]]:
         """The settings it offers for `concurrency` requests at once on `cores` cores
         (serving/options.py): by default one session all requests share (one Run() per request,
-        at once) and 2, 4, ... up to `concurrency` sessions splitting the cores between them."""
-        from metainfer_core.serving.options import doublings
+        at once) and 2, 4, ... up to `concurrency` sessions splitting the cores between them;
+        where a call may take `rows` > 1 rows, each of those whose sessions get several requests
+        also with them combined into calls (serving/batching.py)."""
+        from metainfer_core.serving.options import batched, doublings
 
-        return [{"sessions": k, "intra_op_threads": max(1, cores // k)}
-                for k in doublings(concurrency) if k == 1 or k <= cores]
+        plain = [{"sessions": k, "intra_op_threads": max(1, cores // k)}
+                 for k in doublings(concurrency) if k == 1 or k <= cores]
+        return plain + [b for s in plain for b in batched(s, concurrency, rows, s["sessions"])]
 
     @abstractmethod
     def backend(self, path: Any, name: str, measurement: str, spec: dict[str, Any],

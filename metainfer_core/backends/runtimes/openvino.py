@@ -22,10 +22,12 @@ class OpenVino(Runtime):
 
         return device_precisions()
 
-    def serving_options(self, cores: int, concurrency: int) -> list[dict[str, Any]]:
+    def serving_options(self, cores: int, concurrency: int, rows: int = 1) -> list[dict[str, Any]]:
         """One compiled model, as many infer requests as requests in flight: the LATENCY hint (one
         stream on every core), and for several requests the THROUGHPUT hint with the streams
-        the plugin picks and with 2, 4, ... streams up to the requests (or the cores)."""
+        the plugin picks and with 2, 4, ... streams up to the requests (or the cores). Requests
+        are not combined into calls (`rows` unused): the path compiles each input shape apart,
+        and a call of a few requests' rows is a shape of its own."""
         from metainfer_core.serving.options import doublings
 
         out: list[dict[str, Any]] = [{"performance_hint": "LATENCY", "num_streams": 1, "intra_op_threads": cores}]
