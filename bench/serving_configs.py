@@ -61,10 +61,13 @@ def build_files(default_file: Path, feeds: list[dict[str, np.ndarray]], out: Pat
 
 
 def ort_settings(cores: int, concurrency: int) -> list[dict[str, Any]]:
-    """One session of every core; with several requests, also one session per request, the cores split."""
+    """One session of every core; with several requests, also one session per request, the cores
+    split, and with more requests than cores one session per core."""
     out = [{"sessions": 1, "intra_op_threads": cores}]
     if concurrency > 1:
         out.append({"sessions": concurrency, "intra_op_threads": max(1, cores // concurrency)})
+    if concurrency > cores > 1:
+        out.append({"sessions": cores, "intra_op_threads": 1})
     return out
 
 

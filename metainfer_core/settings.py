@@ -241,7 +241,7 @@ class ServingSettings(Strict):
     threads: int = Field(default=1, ge=0)            # cores the deployment gives the model (0: all usable ones)
     concurrency: int = Field(default=1, ge=1)        # requests in flight at once
     percentile: float = Field(default=99.0, gt=0, lt=100)   # the latency percentile the bound holds...
-    bound_ms: float | None = Field(default=None, gt=0)      # ...at most this; None: bound_x x the default alone
+    bound_ms: float | None = Field(default=None, gt=0)      # ...at most this; None: ServingSettings.bound
     bound_x: float = Field(default=3.0, gt=1)
     duration_s: float = Field(default=2.0, gt=0)     # each plan x serving setting is served this long
 
@@ -261,6 +261,12 @@ class ServingSettings(Strict):
     def under_load(self) -> bool:
         """Several requests at once: plans are also served under that load before one is kept."""
         return self.concurrency > 1
+
+    def bound(self, default_alone_ms: float) -> float:
+        """The latency percentile's bound (ms): bound_ms, else bound_x times the default's latency
+        one request at a time, times the requests each core serves in turn where more are in flight
+        than cores (a request then waits for others however it is served)."""
+        return self.bound_ms or self.bound_x * default_alone_ms * max(1.0, self.concurrency / self.cores)
 
 
 class PathSettings(Strict):

@@ -132,7 +132,7 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
     t0 = time.perf_counter()
     weights = weights or Weights(0.0, 0.0, 0.0, throughput=1.0)
     v = ServingVerdict(serving.name, serving.cores, serving.concurrency, serving.request_threads,
-                       serving.percentile, serving.bound_ms or serving.bound_x * default_alone_ms,
+                       serving.percentile, serving.bound(default_alone_ms),
                        weights={"latency": weights.latency, "throughput": weights.throughput})
     scoring = _Scoring(weights, fixed or {}, serving.percentile, v.bound_ms)
     models = [("default", default)] + list(plans)

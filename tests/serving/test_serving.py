@@ -54,6 +54,15 @@ def test_the_serving_group_sets_the_threads_a_request_gets(settings_for):
     assert settings_for("serving.threads=0").target.spec["intra_op_threads"] == s.serving.__class__(threads=0).cores
 
 
+def test_the_default_latency_bound_allows_for_the_requests_each_core_serves_in_turn():
+    on = lambda threads, concurrency, **kw: ServingSettings(name="throughput", threads=threads,  # noqa: E731
+                                                           concurrency=concurrency, **kw)
+    assert on(2, 2).bound(1.0) == pytest.approx(3.0)            # bound_x x the default alone
+    assert on(2, 4).bound(1.0) == pytest.approx(6.0)            # two requests per core: each waits for one
+    assert on(16, 8).bound(1.0) == pytest.approx(3.0)
+    assert on(2, 4, bound_ms=2.5).bound(1.0) == pytest.approx(2.5)      # a declared bound stands
+
+
 def test_a_target_spec_naming_its_own_threads_is_refused_for_the_serving_group(settings_for):
     with pytest.raises(Exception, match="serving.threads"):
         settings_for("+target.spec.intra_op_threads=2")
