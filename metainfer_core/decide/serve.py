@@ -111,14 +111,14 @@ class _Scoring:
 def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[str, onnx.ModelProto]],
                   kept: str | None, feed: dict[str, np.ndarray], default_alone_ms: float,
                   server: LoadServer, weights: Weights | None = None,
-                  fixed: dict[str, tuple[float, float, int]] | None = None, rows: int = 1) -> ServingVerdict:
+                  fixed: dict[str, tuple[float, float, int]] | None = None, most_rows: int = 1) -> ServingVerdict:
     """`plans`: the verified plans to serve beside the default, by label; `kept`: the one the
     latency decision kept (None: the default); `default_alone_ms`: the default's latency one
     request at a time (the bound's yardstick when serving.bound_ms is not given); `server`: how
     plans are served under load (verify/worker.serve_isolated); `weights`: the objective (None:
     requests per second alone); `fixed`: per label (the default's too) the terms the load does
     not change, as verified one request at a time: (peak memory ratio, accuracy loss, actions);
-    `rows`: the most rows one call may take where requests can be combined (serving/batching.py).
+    `most_rows`: the most rows one call may take where requests can be combined (serving/batching.py).
     Every plan x setting is scored with its latency (median) and requests per second under the
     load relative to the default's setting that serves most; each plan's best setting holds the
     bound first, then scores lowest. The plan served scores lowest: the kept plan unless
@@ -136,7 +136,7 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
                        weights={"latency": weights.latency, "throughput": weights.throughput})
     scoring = _Scoring(weights, fixed or {}, serving.percentile, v.bound_ms)
     models = [("default", default)] + list(plans)
-    settings = {label: settings_for(m, serving.cores, serving.concurrency, rows) for label, m in models}
+    settings = {label: settings_for(m, serving.cores, serving.concurrency, most_rows) for label, m in models}
     figures = server(backend, models, settings, feed, serving.concurrency, serving.duration_s)
     q = serving.percentile
     rows = [(label, setting, f) for label, _ in models for setting, f in zip(settings[label], figures[label])]
@@ -315,9 +315,9 @@ def serving_stage(s, backend, decision, verified, prepared, server: LoadServer |
     fixed = {"default": (base.peak_mem_bytes / base_mem, 0.0, 0)} | {
         verified.candidates[i].label: (verified.candidates[i].peak_mem_bytes / base_mem,
                                        verified.candidates[i].accuracy_loss, verified.plans[i].changes) for i in served}
-    rows = batch_rows(prepared.model, prepared.served.ranges, prepared.served.tuned) if prepared.served else 1
+    most_rows = batch_rows(prepared.model, prepared.served.ranges, prepared.served.tuned) if prepared.served else 1
     v = serve_verdict(s.serving, backend, prepared.model, plans, kept, prepared.feeds[0], default_ms, server,
-                      weights, fixed, rows)
+                      weights, fixed, most_rows)
     q = f"p{v.percentile:g}_ms"
     for m in v.measured:
         say(f"serve: {m['label']} with {m['described']}: " + (m["error"] or (

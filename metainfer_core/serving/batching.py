@@ -89,6 +89,7 @@ class BatchingPool:
         self.size, self.setting, self.compile_s, self.rows = len(run_slots), dict(setting), compile_s, rows
         self._waiting: deque[_Request] = deque()
         self._cond = threading.Condition()
+        self._turn = threading.Lock()
         self._last_s = 0.0
         for slot in run_slots:
             threading.Thread(target=self._dispatch, args=(slot,), daemon=True).start()
@@ -106,8 +107,10 @@ class BatchingPool:
     __call__ = run
 
     def _take(self) -> list[_Request]:
-        """The oldest request and those of its shapes waiting now or within the wait (up to `rows` rows)."""
-        with self._cond:
+        """The oldest request and those of its shapes waiting now or within the wait (up to `rows`
+        rows). One dispatcher takes at a time: an idle one does not snatch the request another
+        is waiting for to fill its call."""
+        with self._turn, self._cond:
             while not self._waiting:
                 self._cond.wait()
             first = self._waiting.popleft()
