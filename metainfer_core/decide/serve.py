@@ -2,7 +2,7 @@
 kept and, on each execution path, the servable candidate verify timed fastest are each served
 under the deployment's load with every serving setting their runtime offers
 (serving/measure.py, in a process of its own). Under the load the objective (search/score.py)
-weighs the median latency and the requests per second, both relative to the default's setting
+weighs the p90 latency and the requests per second, both relative to the default's setting
 that serves most, with the memory, accuracy and change terms verified one request at a time;
 the latency percentile's bound is a hard constraint. Each plan's best setting holds the bound
 and scores lowest; the plan served is the kept plan unless another scores lower beyond noise,
@@ -26,6 +26,7 @@ from metainfer_core.serving.measure import settings_for
 from metainfer_core.serving.options import Setting, describe
 
 LOAD_NOISE = 0.03       # loads served alike differ by up to this share in requests/s and latency
+LATENCY_Q = 90          # the latency percentile the score weighs under load
 
 # (backend, [(label, model)], {label: settings}, feed, concurrency, duration_s) -> {label: [LoadFigures]}
 LoadServer = Callable[..., dict[str, list[LoadFigures]]]
@@ -86,7 +87,8 @@ def one_at_a_time(serving) -> ServingVerdict:
 
 @dataclass(frozen=True)
 class _Scoring:
-    """The objective under the load: latency (median) and requests per second relative to a
+    """The objective under the load: latency (p90: the median hides the requests that wait for
+    others, a share the p90 counts) and requests per second relative to a
     yardstick (the default's figures), the terms the load does not change from verify."""
     weights: Weights
     fixed: dict[str, tuple[float, float, int]]
@@ -98,7 +100,8 @@ class _Scoring:
 
     def served(self, label: str, setting: Setting, f: LoadFigures, ref: LoadFigures) -> Served:
         memory, loss, changes = self.fixed.get(label, (0.0, 0.0, 0))
-        terms = self.weights.terms(f.percentile(50) / max(ref.percentile(50), 1e-9), memory, loss, changes,
+        latency_ratio = f.percentile(LATENCY_Q) / max(ref.percentile(LATENCY_Q), 1e-9)
+        terms = self.weights.terms(latency_ratio, memory, loss, changes,
                                    throughput_ratio=ref.throughput_per_s / f.throughput_per_s)
         return Served(label, setting, f.as_dict(self.percentile), self.holds(f), sum(terms.values()), terms)
 
@@ -119,7 +122,7 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
     requests per second alone); `fixed`: per label (the default's too) the terms the load does
     not change, as verified one request at a time: (peak memory ratio, accuracy loss, actions);
     `most_rows`: the most rows one call may take where requests can be combined (serving/batching.py).
-    Every plan x setting is scored with its latency (median) and requests per second under the
+    Every plan x setting is scored with its latency (p90) and requests per second under the
     load relative to the default's setting that serves most; each plan's best setting holds the
     bound first, then scores lowest. The plan served scores lowest: the kept plan unless
     another scores lower beyond noise, and no plan unless it scores no worse than the default

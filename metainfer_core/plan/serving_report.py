@@ -27,11 +27,11 @@ def serving_line(plan: dict) -> str | None:
 
 
 def _weighed(w: dict) -> str:
-    """How the score weighs the load (weights.latency x the median, weights.throughput x the
+    """How the score weighs the load (weights.latency x the p90, weights.throughput x the
     requests per second, each relative to the default's setting that serves most)."""
     if not w:
         return "Scored by requests per second."
-    return (f"The score (lower is better) weighs the median latency by {w.get('latency', 0):g} and the requests "
+    return (f"The score (lower is better) weighs the p90 latency by {w.get('latency', 0):g} and the requests "
             f"per second by {w.get('throughput', 0):g}, each relative to the default's setting that serves most, "
             "plus the memory, accuracy and change terms verified one request at a time.")
 

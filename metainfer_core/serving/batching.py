@@ -28,9 +28,11 @@ WAIT_MAX_S = 0.002      # ...and never longer than this
 
 
 def batch_rows(model: onnx.ModelProto, ranges: dict, tuned: dict[str, list[int]]) -> int:
-    """The most rows one call may take: every graph input has a symbolic first dim, the shape
-    range lets it vary (`ranges`: input -> its dims' DimRange) and the tuned shape has it at
-    `tuned[input][0]`; the least range maximum over the inputs. 1 where any input lacks one."""
+    """The most rows one call may take, where requests are one row each: every graph input has
+    a symbolic first dim that the shape range lets vary (`ranges`: input -> its dims' DimRange)
+    and the tuned shape has at 1 (`tuned`: input -> its tuned shape; a request of several rows,
+    a sentence's windows, is not a batch of requests); the least range maximum over the inputs.
+    1 where any input lacks one."""
     inits = {i.name for i in model.graph.initializer}
     inputs = [i for i in model.graph.input if i.name not in inits]
     most = []
@@ -39,7 +41,7 @@ def batch_rows(model: onnx.ModelProto, ranges: dict, tuned: dict[str, list[int]]
         first = (ranges.get(i.name) or [None])[0]
         if not dims or dims[0].HasField("dim_value") or first is None or first.fixed:
             return 1
-        if (tuned.get(i.name) or [1])[0] > first.high:
+        if (tuned.get(i.name) or [1])[0] != 1:
             return 1
         most.append(first.high)
     return max(1, min(most, default=1))
@@ -154,9 +156,11 @@ def check_rows(run: Callable[[Feeds], list[np.ndarray]], feeds: Feeds, rows: int
     """One call of `rows` requests (`feeds` and copies of it nudged apart: float inputs scaled)
     against the same requests run one by one: each request's rows of every output within
     BATCH_RTOL of its own run's (relative to the output's scale), else NotBatchable."""
-    n = rows // max(1, _rows(feeds) or rows)
-    if _rows(feeds) is None or n < 2:
+    if _rows(feeds) is None:
         raise NotBatchable("the inputs have no common first dim to combine requests along")
+    n = rows // max(1, _rows(feeds))
+    if n < 2:
+        raise NotBatchable(f"a request has {_rows(feeds)} rows: {rows} rows a call take no two of them")
     requests = [{k: (v * (1 - 0.05 * i)).astype(v.dtype) if np.issubdtype(np.asarray(v).dtype, np.floating) else v
                  for k, v in feeds.items()} for i in range(n)]
     stacked = {k: np.concatenate([r[k] for r in requests]) for k in feeds}

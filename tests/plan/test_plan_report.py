@@ -237,7 +237,7 @@ def test_a_plan_served_under_load_shows_every_setting_and_the_one_chosen():
         in summary_text(plan)
     md = plan_markdown(plan)
     assert "## Served under load" in md and "| default | 1 session, 2 threads | 400 | 4.5 | 9 | no | 3.050 |" in md
-    assert "weighs the median latency by 1 and the requests per second by 1" in md
+    assert "weighs the p90 latency by 1 and the requests per second by 1" in md
     assert "Served again alone with the default in a fresh process (4 s each): the plan 690/s" in md and "holds." in md
     assert "| c1 | 1 session, 2 threads | failed: Boom: no |" in md and "1.40x the default's requests" in md
     one = Plan.of(plan_content(serving={"mode": "latency", "cores": 1, "concurrency": 1, "request_threads": 1})).to_dict()

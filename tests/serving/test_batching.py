@@ -43,6 +43,8 @@ def test_the_rows_a_call_may_take_come_from_the_range_of_every_inputs_first_dim(
     assert batch_rows(model, {"input": [DimRange(1, 8), DimRange(256, 256)]}, {"input": [1, 256]}) == 8
     assert batch_rows(model, {"input": [DimRange(1, 1), DimRange(256, 256)]}, {"input": [1, 256]}) == 1   # fixed
     assert batch_rows(model, {}, {}) == 1       # the range does not let it vary
+    # a request of several rows (a sentence's windows): not a batch of requests
+    assert batch_rows(model, {"input": [DimRange(20, 80), DimRange(256, 256)]}, {"input": [40, 256]}) == 1
     static = build("mlp", seed=0)
     static.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
     assert batch_rows(static, {"input": [DimRange(1, 2), DimRange(256, 256)]}, {"input": [1, 256]}) == 1

@@ -201,7 +201,7 @@ def test_another_path_that_serves_more_under_load_is_served_instead_of_the_kept_
 
 
 def test_under_load_the_weights_trade_requests_per_second_for_latency_and_memory():
-    # the default's 2x1 serves most (150/s) at a 3.75 ms median; the plan's 1x2 serves 140/s at 1.2 ms
+    # the default's 2x1 serves most (150/s) at a 4.75 ms p90; the plan's 1x2 serves 140/s at 1.52 ms
     base = [_figures(100, 2.0), _figures(150, 5.0)]
     plan = {"p": [_figures(140, 1.6), _figures(120, 5.0)]}
     by_requests = _verdict(base, plan, bound_ms=10)            # no weights: requests per second alone
@@ -210,13 +210,23 @@ def test_under_load_the_weights_trade_requests_per_second_for_latency_and_memory
     weighed = _verdict(base, plan, bound_ms=10, weights=balanced)
     assert weighed.keeps_plan and weighed.plan.setting == {"sessions": 1, "intra_op_threads": 2}
     assert weighed.plan.terms["throughput"] == pytest.approx(150 / 140)
-    assert weighed.plan.terms["latency"] == pytest.approx(weighed.plan.figures["p50_ms"] / 3.75)
+    assert weighed.plan.terms["latency"] == pytest.approx(weighed.plan.figures["p90_ms"] / 4.75)
     scores = [m["score"] for m in weighed.measured]
     assert len(scores) == 4 and weighed.record()["plan"]["score"] == pytest.approx(min(scores))
     # the same plan holding 3x the default's memory, weighed as memory: the default
     heavy = _verdict(base, plan, bound_ms=10, weights=Weights(1.0, 1.0, 1.0, throughput=1.0),
                      fixed={"default": (1.0, 0.0, 0), "p": (3.0, 0.0, 1)})
     assert not heavy.keeps_plan and heavy.plan.terms["memory"] == pytest.approx(1.0)
+
+
+def test_under_load_the_latency_weighed_is_the_p90_not_the_median_that_hides_waiting_requests():
+    # one session of both threads: half the requests fast, half waiting (p50 low, p90 high), fewer
+    # per second; two sessions of one thread: every request alike, more per second
+    split = LoadFigures([8.8] * 50 + [17.5] * 50, 100 / 176.8)
+    even = LoadFigures([10.4] * 50 + [10.9] * 50, 100 / 189.9)
+    v = _verdict([split, even], {}, kept=None, weights=Weights(1.0, 0.3, 1.0, 0.02, 0.25, throughput=1.0),
+                 bound_ms=30)
+    assert v.plan.setting == {"sessions": 2, "intra_op_threads": 1}
 
 
 def test_a_plan_chosen_under_load_is_confirmed_served_again_alone_with_the_default():
