@@ -11,16 +11,16 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.runtimes import runtime_of
 from metainfer_core.ir.tensors import random_feeds
 from metainfer_core.normalize.shape_range import DimRange
 from metainfer_core.serving.batching import BatchingPool, NotBatchable, batch_rows, check_rows
 from metainfer_core.serving.options import describe, split_setting
-from metainfer_core.serving.pool import pool_on
 from metainfer_core.zoo import build
 
 from twins import backend
+
+from tests.serving.clients import assert_same_answers, served_by_clients
 
 
 def _mixing(rows_apart: bool) -> onnx.ModelProto:
@@ -70,27 +70,9 @@ def test_batched_settings_are_offered_where_sessions_get_several_requests_and_gr
     ("onnxruntime", {"sessions": 1, "intra_op_threads": 2, "batch": 4}, 1),
 ])
 def test_combined_requests_each_get_their_own_rows(runtime, setting, calls):
-    model = build("mlp", seed=0)
-    host = backend("cpu")
-    path = ExecutionPath(runtime, "f32")
-    feeds = [random_feeds(model, seed=i) for i in range(16)]
-    want = [host.compile(model).run(f) for f in feeds]
-    pool = pool_on(runtime_of(runtime), path, model, host.path_backend(path).spec, setting, 4, feeds[0])
+    pool, got, want = served_by_clients(runtime, setting, in_flight=4, requests=16)
     assert isinstance(pool, BatchingPool) and pool.size == calls      # 4 requests in flight, `batch` per call
-    got: dict[int, list] = {}
-
-    def client(i: int) -> None:
-        for k in range(i, len(feeds), 4):
-            got[k] = pool.run(feeds[k])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for k, w in enumerate(want):
-        for a, b in zip(got[k], w):
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert_same_answers(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_requests_waiting_together_are_combined_into_one_call():

@@ -10,7 +10,6 @@ import threading
 import numpy as np
 import pytest
 
-from metainfer_core.backends.paths import ExecutionPath
 from metainfer_core.backends.runtimes import runtime_of
 from metainfer_core.decide.serve import ServingVerdict, one_at_a_time, overrule, serve_verdict, to_serve
 from metainfer_core.decide.stage import Decision
@@ -19,12 +18,13 @@ from metainfer_core.plan.serving_report import serving_section
 from metainfer_core.serving.load import LoadFigures, under_load
 from metainfer_core.serving.measure import serve_all
 from metainfer_core.serving.options import describe, doublings
-from metainfer_core.serving.pool import pool_on
 from metainfer_core.search.score import Weights
 from metainfer_core.settings import ServingSettings
 from metainfer_core.zoo import build
 
 from twins import backend
+
+from tests.serving.clients import assert_same_answers, served_by_clients
 
 
 def test_the_settings_offered_grow_with_a_16_core_target_and_the_requests_at_once():
@@ -74,28 +74,9 @@ def test_a_target_spec_naming_its_own_threads_is_refused_for_the_serving_group(s
     ("openvino", {"performance_hint": "THROUGHPUT", "num_streams": 2, "intra_op_threads": 2}),
 ])
 def test_a_pool_serves_concurrent_requests_with_one_sessions_outputs(runtime, setting):
-    model = build("mlp", seed=0)
-    host = backend("cpu")
-    path = ExecutionPath(runtime, "f32")
-    feeds = [random_feeds(model, seed=i) for i in range(8)]
-    want = [host.compile(model).run(f) for f in feeds]
-    spec = host.path_backend(path).spec
-    pool = pool_on(runtime_of(runtime), path, model, spec, setting, 3, feeds[0])
+    pool, got, want = served_by_clients(runtime, setting, in_flight=3, requests=8)
     assert pool.size == (3 if runtime == "openvino" or setting["sessions"] == 1 else 4)
-    got: dict[int, list] = {}
-
-    def client(i: int) -> None:
-        for k in range(i, len(feeds), 4):
-            got[k] = pool.run(feeds[k])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for k, w in enumerate(want):
-        for a, b in zip(got[k], w):
-            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert_same_answers(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_closed_loop_load_counts_requests_and_percentiles_and_keeps_an_error():
