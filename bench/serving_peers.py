@@ -17,8 +17,10 @@ Every configuration is scored with plan_loss against ONNX Runtime's fp32 outputs
 real inputs; a peer counts only with its loss within plan.json's `accuracy_bound` and its latency
 percentile within plan.json's `serving.bound_ms`. Printed: one table per model (requests/s, p50,
 p99, bound held, loss), then the summary: meta-infer's requests/s against the best counted peer's
-(the ratio, and the goal: at least 0.97), plan.json's claimed requests/s against the fresh
-process's (reproduced within 5 %), the geo-mean of the ratios last.
+(the ratio, and the goal: at least 0.97), plan.json's claimed requests/s against the plan
+served alone in 3 more fresh processes one after the other, as a user deploys it (their median
+within 5 %; their spread, max / min - 1, is the noise the machine had then), the geo-mean of the
+ratios last.
 
 --latency: the same with serving=latency serving.threads=0 (every core, one request at a time):
 one client, the peers on all cores (ORT 1 session x N threads, OpenVINO LATENCY on N threads, NNCF
@@ -46,6 +48,7 @@ MODELS = ("wakeword_melspec", "wakeword_embedding", "basic_pitch_nmp", "magika_v
 DURATION_S = 4.0          # each configuration served this long (two halves, order swapped)
 ADAPT_TIMEOUT_S = 1800.0
 CHILD_TIMEOUT_S = 900.0
+ALONE_REPEATS = 3         # fresh processes serving the plan alone: their median is checked against plan.json
 SAMPLES, SEED = 4, 0      # random inputs where a model has no real ones (adapt's own draw)
 
 
@@ -86,7 +89,7 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
               warm_s: float | None = None) -> dict[str, Any]:
     """One run folder's plan and its peers served in one fresh process: plan_facts plus
     {configs: [...], child: {pid, heavy_modules, modules}, serve_s}, or plus {error}. `peers`:
-    a subset of serving_configs.PEERS (default all)."""
+    a subset of serving_configs.PEERS (default all; () serves the plan alone)."""
     import numpy as np
 
     from bench import serving_configs as sc
@@ -98,7 +101,7 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="metainfer-serving-") as tmp:
         feeds = model_feeds(folder / "default.onnx", npz)
-        files = sc.build_files(folder / "default.onnx", feeds, Path(tmp), peers or sc.PEERS)
+        files = sc.build_files(folder / "default.onnx", feeds, Path(tmp), sc.PEERS if peers is None else peers)
         configs = sc.configurations(files, sc.ort_spec(plan), row["cores"], row["concurrency"])
         np.savez(Path(tmp) / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
         spec = {"run": str(folder.resolve()), "configs": configs, "feeds": str(Path(tmp) / "feeds.npz"),
@@ -118,6 +121,17 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
     return row | {"configs": child.pop("configs"), "child": child, "serve_s": time.perf_counter() - t0}
 
 
+def serve_alone(folder: Path, npz: Path | None, duration_s: float, repeats: int = ALONE_REPEATS,
+                warm_s: float | None = None) -> list[dict[str, Any]]:
+    """The plan served alone, as a user deploys it, in `repeats` fresh processes one after the
+    other: each process's row for the plan (its figures, or its error)."""
+    out = []
+    for _ in range(repeats):
+        r = serve_run(folder, npz, duration_s, peers=(), warm_s=warm_s)
+        out.append(next(iter(r.get("configs") or []), {"error": r.get("error") or "the plan was not served"}))
+    return out
+
+
 def bench_model(entry, overrides: list[str], latency: bool, duration_s: float, timeout: float,
                 say: Callable[[str], None]) -> dict[str, Any]:
     """Adapt `entry` (bench/modelset.py Entry) in the mode, then serve_run its run folder."""
@@ -133,7 +147,9 @@ def bench_model(entry, overrides: list[str], latency: bool, duration_s: float, t
         return row | {"error": f"adapt (exit {r['rc']}): {r['error']}"}
     folder = r["plan_path"].parent
     say(f"serving {entry.key}'s plan and its peers in one fresh process ({duration_s:g} s each)")
-    return row | {"run_folder": str(folder)} | serve_run(folder, entry.npz, duration_s)
+    row |= {"run_folder": str(folder)} | serve_run(folder, entry.npz, duration_s)
+    say(f"serving {entry.key}'s plan alone in {ALONE_REPEATS} fresh processes, one after the other")
+    return row | {"alone": serve_alone(folder, entry.npz, duration_s)}
 
 
 FLAGS = ("--only", "--latency", "--duration", "--timeout", "--artifacts", "--json")

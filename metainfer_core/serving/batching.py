@@ -160,7 +160,7 @@ def check_rows(run: Callable[[Feeds], list[np.ndarray]], feeds: Feeds, rows: int
         raise NotBatchable("the inputs have no common first dim to combine requests along")
     n = rows // max(1, _rows(feeds))
     if n < 2:
-        raise NotBatchable(f"a request has {_rows(feeds)} rows: {rows} rows a call take no two of them")
+        raise NotBatchable(f"a request has {_rows(feeds)} rows: a call of at most {rows} rows cannot take two of them")
     requests = [{k: (v * (1 - 0.05 * i)).astype(v.dtype) if np.issubdtype(np.asarray(v).dtype, np.floating) else v
                  for k, v in feeds.items()} for i in range(n)]
     stacked = {k: np.concatenate([r[k] for r in requests]) for k in feeds}

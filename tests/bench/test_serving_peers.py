@@ -41,6 +41,11 @@ def test_only_peers_within_both_bounds_count_and_the_best_one_sets_the_ratio():
     s = serving_tables.summary(row)
     assert s["best"] == "ov_f32/THROUGHPUT" and s["ratio"] == pytest.approx(0.97) and s["meets"]
     assert s["fresh_vs_claimed"] == pytest.approx(-0.03) and s["reproduces"] and s["plan_holds"]
+    assert s["spread"] is None                  # not served alone: the figure beside the peers stands in
+    # served alone in three fresh processes: their median is checked against plan.json, their spread shown
+    alone = serving_tables.summary(_row(alone=[_cfg("meta_infer", "meta_infer", f, 2.0, 5.0) for f in (900, 1040, 980)]))
+    assert alone["fresh"] == 980 and alone["fresh_vs_claimed"] == pytest.approx(-0.02) and alone["reproduces"]
+    assert alone["spread"] == pytest.approx(1040 / 900 - 1) and alone["ratio"] == pytest.approx(0.97)
     # one request at a time: no latency bound, median latency compared (best peer p50 / the plan's)
     lat = serving_tables.summary(_row("latency", bound_ms=None, concurrency=1))
     assert lat["best"] == "ort_static/2x1" and lat["ratio"] == pytest.approx(1.2 / 2.0) and lat["meets"] is False
@@ -60,7 +65,7 @@ def test_the_tables_show_every_configuration_and_the_geo_mean():
                                                                           4.0, 8.0)]),
             {"model": "o", "mode": "throughput", "error": "adapt (exit 1): Traceback"}]
     summary = serving_tables.summary_table(rows)
-    assert "| m | 970.0 | ov_f32/THROUGHPUT | 1000 | 0.970 | yes | 1000 | -3.0% | yes |" in summary
+    assert "| m | 970.0 | ov_f32/THROUGHPUT | 1000 | 0.970 | yes | 1000 | 970 | -3.0% | yes | – |" in summary
     assert "| n | 970.0 | ort_default/1x2 | 485 | 2.000 | yes |" in summary[3] and "failed: adapt" in summary[4]
     assert summary[-1].startswith(f"**geo-mean meta-infer / best peer: {math.sqrt(0.97 * 2):.3f}** over 2 model(s); "
                                   "2 of 2 at least 0.97")
@@ -121,3 +126,5 @@ def test_a_run_folder_is_served_beside_its_peers_in_a_fresh_process(tmp_path):
     row["model"] = "mlp"
     s = serving_tables.summary(row)
     assert s["best"] in by and s["ratio"] > 0 and s["fresh_vs_claimed"] is not None
+    alone = serving_peers.serve_alone(tmp_path, None, duration_s=0.2, repeats=2, warm_s=0.02)
+    assert [c["label"] for c in alone] == ["meta_infer", "meta_infer"] and all(c["requests"] > 0 for c in alone)
