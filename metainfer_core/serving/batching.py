@@ -156,11 +156,12 @@ def check_rows(run: Callable[[Feeds], list[np.ndarray]], feeds: Feeds, rows: int
     """One call of `rows` requests (`feeds` and copies of it nudged apart: float inputs scaled)
     against the same requests run one by one: each request's rows of every output within
     BATCH_RTOL of its own run's (relative to the output's scale), else NotBatchable."""
-    if _rows(feeds) is None:
+    own = _rows(feeds)
+    if own is None:
         raise NotBatchable("the inputs have no common first dim to combine requests along")
-    n = rows // max(1, _rows(feeds))
+    n = rows // max(1, own)
     if n < 2:
-        raise NotBatchable(f"a request has {_rows(feeds)} rows: a call of at most {rows} rows cannot take two of them")
+        raise NotBatchable(f"a request has {own} rows: a call of at most {rows} rows cannot take two of them")
     requests = [{k: (v * (1 - 0.05 * i)).astype(v.dtype) if np.issubdtype(np.asarray(v).dtype, np.floating) else v
                  for k, v in feeds.items()} for i in range(n)]
     stacked = {k: np.concatenate([r[k] for r in requests]) for k in feeds}
