@@ -244,6 +244,7 @@ class ServingSettings(Strict):
     bound_ms: float | None = Field(default=None, gt=0)      # ...at most this; None: ServingSettings.bound
     bound_x: float = Field(default=3.0, gt=1)
     duration_s: float = Field(default=2.0, gt=0)     # each plan x serving setting is served this long
+    predicted_best: int = Field(default=2, ge=1)     # of a plan's settings the predictor scores, this many are served
 
     @property
     def cores(self) -> int:

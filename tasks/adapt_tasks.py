@@ -112,7 +112,7 @@ def rollback_task(run: Run, run_name: str, mlflow_run_id: str, prepared: Prepare
     if decision.across is not None:
         _progress(f"confirm: {decision.across.words()}")
     serving, chosen = serving_stage(s, backend, decision, verified, prepared,
-                                    serve_isolated if measured_here else None, _progress)
+                                    serve_isolated if measured_here else None, _progress, cost_model)
     _progress(f"decision: {decision.decision}: {decision.reason}")
     calibration = record_verified_runs(FingerprintLibrary(s.tracking.fingerprint_db), backend, prepared, outcome,
                                        verified, cost_model.meta.fingerprint_version)

@@ -19,11 +19,14 @@ import numpy as np
 import onnx
 
 from metainfer_core.backends.paths import ExecutionPath
+from metainfer_core.decide.serve_predicted import stage_predictor
 from metainfer_core.search.score import Weights, memory_base
 from metainfer_core.serving.batching import batch_rows
 from metainfer_core.serving.load import LoadFigures
 from metainfer_core.serving.measure import settings_for
 from metainfer_core.serving.options import Setting, describe
+
+Predict = Callable[[str, Setting], Any]      # (label, setting) -> serving/predicted.PredictedLoad or None
 
 LOAD_NOISE = 0.03       # loads served alike differ by up to this share in requests/s and latency
 LATENCY_Q = 90          # the latency percentile the score weighs under load
@@ -60,6 +63,7 @@ class ServingVerdict:
     keeps_plan: bool = True
     reason: str = ""
     measured: list[dict[str, Any]] = field(default_factory=list)   # every plan x setting under the load
+    predicted: list[dict[str, Any]] = field(default_factory=list)  # settings scored before serving (serve_predicted)
     seconds: float = 0.0
     weights: dict[str, float] = field(default_factory=dict)         # the latency and throughput weights used
     confirmation: dict[str, Any] | None = None    # the plan chosen over the default, served again with it alone
@@ -74,7 +78,8 @@ class ServingVerdict:
                 "request_threads": self.request_threads, "percentile": self.percentile, "bound_ms": self.bound_ms,
                 "setting": self.plan.setting if self.plan else {"sessions": 1, "intra_op_threads": self.request_threads},
                 "plan": served(self.plan), "default": served(self.default), "keeps_plan": self.keeps_plan,
-                "reason": self.reason, "measured": self.measured, "seconds": self.seconds, "weights": self.weights,
+                "reason": self.reason, "measured": self.measured, "predicted": self.predicted,
+                "seconds": self.seconds, "weights": self.weights,
                 "confirmation": self.confirmation}
 
 
@@ -114,14 +119,17 @@ class _Scoring:
 def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[str, onnx.ModelProto]],
                   kept: str | None, feed: dict[str, np.ndarray], default_alone_ms: float,
                   server: LoadServer, weights: Weights | None = None,
-                  fixed: dict[str, tuple[float, float, int]] | None = None, most_rows: int = 1) -> ServingVerdict:
+                  fixed: dict[str, tuple[float, float, int]] | None = None, most_rows: int = 1,
+                  predict: Predict | None = None, predicted_best: int = 2) -> ServingVerdict:
     """`plans`: the verified plans to serve beside the default, by label; `kept`: the one the
     latency decision kept (None: the default); `default_alone_ms`: the default's latency one
     request at a time (the bound's yardstick when serving.bound_ms is not given); `server`: how
     plans are served under load (verify/worker.serve_isolated); `weights`: the objective (None:
     requests per second alone); `fixed`: per label (the default's too) the terms the load does
     not change, as verified one request at a time: (peak memory ratio, accuracy loss, actions);
-    `most_rows`: the most rows one call may take where requests can be combined (serving/batching.py).
+    `most_rows`: the most rows one call may take where requests can be combined (serving/batching.py);
+    `predict`: the settings' loads predicted (decide/serve_predicted.py; None: every setting is
+    served), of which the best `predicted_best` per plan are served.
     Every plan x setting is scored with its latency (p90) and requests per second under the
     load relative to the default's setting that serves most; each plan's best setting holds the
     bound first, then scores lowest. The plan served scores lowest: the kept plan unless
@@ -140,6 +148,8 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
     scoring = _Scoring(weights, fixed or {}, serving.percentile, v.bound_ms)
     models = [("default", default)] + list(plans)
     settings = {label: settings_for(m, serving.cores, serving.concurrency, most_rows) for label, m in models}
+    if predict is not None:
+        settings, v.predicted = _predicted_best(settings, predict, scoring, predicted_best)
     figures = server(backend, models, settings, feed, serving.concurrency, serving.duration_s)
     q = serving.percentile
     rows = [(label, setting, f) for label, _ in models for setting, f in zip(settings[label], figures[label])]
@@ -159,6 +169,10 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
         else:
             entry["holds_bound"] = False
         v.measured.append(entry)
+    for p in v.predicted:       # the prediction beside what the load showed
+        m = next((m for m in v.measured if m["label"] == p["label"] and m["setting"] == p["setting"]), None)
+        if m is not None and not m["error"]:
+            p.update(served_throughput_per_s=m["throughput_per_s"], served_p90_ms=m["p90_ms"])
     v.default = best.get("default")
     ranked = sorted((s for label, s in best.items() if label != "default"), key=lambda s: (not s.holds_bound, s.score))
     top, standing = (ranked[0] if ranked else None), best.get(kept) if kept else None
@@ -175,6 +189,28 @@ def serve_verdict(serving, backend, default: onnx.ModelProto, plans: list[tuple[
         serve_alone(v, scoring, backend, models[0][1], feed, server, serving)
     v.seconds = time.perf_counter() - t0
     return v
+
+
+def _predicted_best(settings: dict[str, list[Setting]], predict: Predict, scoring: _Scoring, keep: int
+                    ) -> tuple[dict[str, list[Setting]], list[dict[str, Any]]]:
+    """(the settings to serve, each predicted one with its prediction): of a plan's settings the
+    predictor scores, the `keep` that hold the bound first and score lowest, relative to the
+    default's predicted setting serving most; the settings it does not score are all served."""
+    guesses = {label: [(s, predict(label, s)) for s in offered] for label, offered in settings.items()}
+    ref = max((p for _, p in guesses.get("default", []) if p is not None), default=None,
+              key=lambda p: p.throughput_per_s)
+    if ref is None:
+        return settings, []
+    out, rows = {}, []
+    for label, pairs in guesses.items():
+        scored = sorted((scoring.served(label, s, p, ref) for s, p in pairs if p is not None),
+                        key=lambda x: (not x.holds_bound, x.score))
+        best = [x.setting for x in scored[:keep]]
+        out[label] = [s for s, p in pairs if p is None or s in best]
+        rows += [{"label": label, "setting": x.setting, "described": describe(x.setting), **x.figures,
+                  "predicted_score": x.score, "predicted_holds_bound": x.holds_bound, "served": x.setting in best}
+                 for x in scored]
+    return out, rows
 
 
 CONFIRM_X = 2       # the confirmation serves the plan and the default each this many times serving.duration_s
@@ -294,12 +330,13 @@ def to_serve(verified, kept: int | None, max_loss: float, memory_limit: int, pat
     return out + [i for i in fastest.values() if i != kept]
 
 
-def serving_stage(s, backend, decision, verified, prepared, server: LoadServer | None, say):
+def serving_stage(s, backend, decision, verified, prepared, server: LoadServer | None, say, cost_model=None):
     """How the plan is served: (the verdict, the candidate served or None for the default). Under
     the deployment's load where several requests come at once and `server` can serve plans on
     the device (None: a modeled target, a remote one): the kept plan and each path's fastest
     servable candidate beside the default, the decision changed in place as the load leaves
-    it; else as verified. `say`: progress lines."""
+    it; else as verified. `say`: progress lines; `cost_model`: the predictor (its kernel costs
+    weigh the thread scaling where the fingerprint lacks a plan's kernel)."""
     chosen = lambda: verified.plans[decision.chosen] if decision.chosen is not None else None  # noqa: E731
     if not (s.serving.under_load and server is not None and verified.baseline.ok):
         return one_at_a_time(s.serving), chosen()
@@ -319,8 +356,15 @@ def serving_stage(s, backend, decision, verified, prepared, server: LoadServer |
         verified.candidates[i].label: (verified.candidates[i].peak_mem_bytes / base_mem,
                                        verified.candidates[i].accuracy_loss, verified.plans[i].changes) for i in served}
     most_rows = batch_rows(prepared.model, prepared.served.ranges, prepared.served.tuned) if prepared.served else 1
+    alone = {"default": (prepared.model, default_ms)} | {
+        verified.candidates[i].label: (verified.plans[i].model, verified.candidates[i].latency_ms) for i in served}
+    predict, rests_on = stage_predictor(s, backend, alone, cost_model.predict_kernels_ms if cost_model else None)
+    say(f"serve: {rests_on}")
     v = serve_verdict(s.serving, backend, prepared.model, plans, kept, prepared.feeds[0], default_ms, server,
-                      weights, fixed, most_rows)
+                      weights, fixed, most_rows, predict, s.serving.predicted_best)
+    for p in v.predicted:
+        say(f"serve: predicted {p['label']} with {p['described']}: {p['predicted_throughput_per_s']:.4g}/s, "
+            f"{p['predicted_latency_ms']:.4g} ms" + ("" if p["served"] else " (not served: others predicted better)"))
     q = f"p{v.percentile:g}_ms"
     for m in v.measured:
         say(f"serve: {m['label']} with {m['described']}: " + (m["error"] or (

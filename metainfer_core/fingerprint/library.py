@@ -83,6 +83,21 @@ class PlanRunRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ThreadRunRow(Base):
+    """A graph timed whole at the request's threads (the reference version's) and at another
+    count (this row's version), back to back: how the whole graph scales with threads, beside
+    its kernels measured at both (fingerprint/thread_counts.py)."""
+    __tablename__ = "thread_runs"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    version: Mapped[str] = mapped_column(String(64), index=True)
+    reference: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str] = mapped_column(String(256))
+    plan_key: Mapped[str] = mapped_column(String(64))
+    median_ms: Mapped[float] = mapped_column(Float)
+    reference_ms: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 @dataclass(frozen=True)
 class PlanRun:
     """One whole-model measurement ready to store (see PlanRunRow)."""
@@ -230,6 +245,22 @@ class FingerprintLibrary:
                      "graph": r.graph, "median_ms": r.median_ms, "p10_ms": r.p10_ms, "p90_ms": r.p90_ms,
                      "reps": r.reps, "peak_mem_bytes": r.peak_mem_bytes, "predicted_ms": r.predicted_ms,
                      "predictor": r.predictor, "created_at": r.created_at} for r in s.scalars(q)]
+
+    def add_thread_run(self, info: TargetInfo, reference: str, model: str, plan_key: str, median_ms: float,
+                       reference_ms: float) -> None:
+        version = self.register_version(info)
+        with Session(self.engine) as s, s.begin():
+            s.add(ThreadRunRow(version=version, reference=reference, model=model, plan_key=plan_key,
+                               median_ms=median_ms, reference_ms=reference_ms, created_at=datetime.now(timezone.utc)))
+
+    def thread_runs(self, version: str, reference: str, plan_key: str | None = None) -> list[dict]:
+        """Whole-graph runs at `version` beside `reference`, oldest first (of one graph, if named)."""
+        with Session(self.engine) as s:
+            q = select(ThreadRunRow).where(ThreadRunRow.version == version, ThreadRunRow.reference == reference)
+            if plan_key:
+                q = q.where(ThreadRunRow.plan_key == plan_key)
+            return [{"model": r.model, "plan_key": r.plan_key, "median_ms": r.median_ms,
+                     "reference_ms": r.reference_ms} for r in s.scalars(q.order_by(ThreadRunRow.id))]
 
     def known_plans(self, version: str, source: str = "zoo") -> set[tuple[str, str]]:
         """(model, plan_key) pairs already measured for this version."""

@@ -14,6 +14,7 @@ from metainfer_core.budget import eta
 from metainfer_core.fingerprint.library import FingerprintLibrary
 from metainfer_core.fingerprint.profiled_sets import mark_profiled, profiled_kernels, set_key
 from metainfer_core.fingerprint.profiler import ProfileReport, profile
+from metainfer_core.fingerprint.thread_counts import counts_that_matter, profile_threads
 from metainfer_core.prepare.stage import Prepared
 from metainfer_core.settings import Settings
 
@@ -51,7 +52,19 @@ VARIANTS_SHARE = 0.5     # of the profile's share, at most, for rewriting the gr
 
 def profile_stage(s: Settings, prepared: Prepared, backend: Backend, progress: Progress = print,
                   allowance_s: float | None = None) -> ProfileReport:
-    """allowance_s: the profile's share of budget.total_s; what it leaves is measured next run."""
+    """allowance_s: the profile's share of budget.total_s; what it leaves is measured next run.
+    Where several requests share a measured host's cores, the graph's kernels are also measured
+    at the other thread counts its sessions would run at (fingerprint/thread_counts.py)."""
+    report = _profile_variants(s, prepared, backend, progress, allowance_s)
+    threads = counts_that_matter(s.serving.cores, s.serving.concurrency, s.serving.request_threads)
+    if threads and backend.info.measurement == "measured":
+        profile_threads(backend, FingerprintLibrary(s.tracking.fingerprint_db), prepared.model, prepared.name,
+                        prepared.feeds[0], threads, s.profile.reps, s.profile.warmup, progress)
+    return report
+
+
+def _profile_variants(s: Settings, prepared: Prepared, backend: Backend, progress: Progress,
+                      allowance_s: float | None) -> ProfileReport:
     t0 = time.perf_counter()
     library = FingerprintLibrary(s.tracking.fingerprint_db)
     version = library.register_version(backend.info)

@@ -55,7 +55,23 @@ def serving_section(plan: dict) -> list[str]:
         score = f"{m['score']:.3f}" if isinstance(m.get("score"), (int, float)) else ""
         out.append(f"| {m['label']} | {m['described']} | {m['throughput_per_s']:.4g} | {m['p50_ms']:.4g} | "
                    f"{m.get(f'{q}_ms', float('nan')):.4g} | {'yes' if m['holds_bound'] else 'no'} | {score} |")
-    return out + [""] + _confirmed(s.get("confirmation"), q)
+    return out + [""] + _predicted(s.get("predicted") or []) + _confirmed(s.get("confirmation"), q)
+
+
+def _predicted(rows: list[dict]) -> list[str]:
+    """The sessions-and-threads settings scored before serving (decide/serve_predicted.py), with
+    what the load then showed for those served."""
+    if not rows:
+        return []
+    out = ["Predicted before serving (the fingerprint's thread scaling; the best per plan are served):", "",
+           "| plan | setting | predicted requests/s | predicted ms | served | served requests/s |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        got = r.get("served_throughput_per_s")
+        out.append(f"| {r['label']} | {r['described']} | {r['predicted_throughput_per_s']:.4g} | "
+                   f"{r['predicted_latency_ms']:.4g} | {'yes' if r['served'] else 'no'} | "
+                   f"{'' if got is None else f'{got:.4g}'} |")
+    return out + [""]
 
 
 def _confirmed(c: dict | None, q: str) -> list[str]:

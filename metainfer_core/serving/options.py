@@ -48,6 +48,16 @@ def batch_of(setting: Setting) -> int:
     return max(1, int(setting.get("batch") or 1))
 
 
+THREADS_ONLY = {"sessions", "intra_op_threads"}
+
+
+def threads_only(setting: Setting) -> bool:
+    """Sessions of some intra-op threads, nothing the runtime picks itself (streams, a hint) and
+    no requests combined: what the thread scaling the fingerprint measures predicts
+    (serving/predicted.py)."""
+    return set(setting) <= THREADS_ONLY and "intra_op_threads" in setting
+
+
 def describe(setting: Setting) -> str:
     """'2 sessions x 1 thread', 'THROUGHPUT hint, 2 streams, 2 threads'."""
     sessions, rest = split_setting(setting)

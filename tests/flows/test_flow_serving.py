@@ -31,6 +31,11 @@ def test_throughput_serving_measures_settings_under_load_and_load_plan_serves_th
     assert all(m["p50_ms"] <= m["p99_ms"] for m in defaults)
     assert serving["bound_ms"] > 0 and serving["setting"] in [m["setting"] for m in serving["measured"]]
     assert "serve: " in res.stdout + res.stderr
+    if serving["cores"] > 1:        # the fingerprint at a session's other thread count scored the settings first
+        assert "(sessions under the load)" in res.stdout + res.stderr
+        predicted = [p for p in serving["predicted"] if p["label"] == "default"]
+        assert len(predicted) == 2 and all(p["served"] and p["predicted_throughput_per_s"] > 0 for p in predicted)
+        assert "Predicted before serving" in (folder := res.plan_path.parent).joinpath("plan.md").read_text()
     folder = res.plan_path.parent
     plan = load_plan(folder)
     default = onnx.load(str(folder / "default.onnx"))
