@@ -213,27 +213,44 @@ def _predicted_best(settings: dict[str, list[Setting]], predict: Predict, scorin
     return out, rows
 
 
-CONFIRM_X = 2       # the confirmation serves the plan and the default each this many times serving.duration_s
+CONFIRM_X = 2       # the confirmation serves the plan and the default each this many times serving.duration_s...
+# ...split over this many fresh workers, one after another, pooled: one process's figure is one
+# draw from a spread between processes (docs/decisions/2026-12-06-pooled-confirmation.md)
+CONFIRM_PROCESSES = 3
+
+
+def served_again(server: LoadServer, backend, models: list[tuple[str, onnx.ModelProto]],
+                 settings: dict[str, list[Setting]], feed, serving) -> dict[str, LoadFigures]:
+    """Each model at its one setting, served in CONFIRM_PROCESSES fresh workers one after
+    another for CONFIRM_X times serving.duration_s in all, pooled: {label: the figures}; a
+    worker's error is kept and ends the serving."""
+    out = {label: LoadFigures() for label, _ in models}
+    for _ in range(CONFIRM_PROCESSES):
+        figures = server(backend, models, settings, feed, serving.concurrency,
+                         serving.duration_s * CONFIRM_X / CONFIRM_PROCESSES)
+        out = {label: out[label].merged(figures[label][0]) for label in out}
+        if any(f.error for f in out.values()):
+            break
+    return out
 
 
 def confirm_served(v: ServingVerdict, scoring: _Scoring, backend, models: dict[str, onnx.ModelProto], feed,
                    server: LoadServer, serving, kept: str | None) -> None:
     """The plan the load chose over the default, served again at its setting with the default at
-    the default's, the two alone in a fresh worker and longer (CONFIRM_X): what the round
+    the default's, the two alone in fresh workers and longer (served_again): what the round
     measured beside the other plans must hold there, as a latency plan's must hold alone.
     `v` is changed in place: its confirmation, and the default served where it does not hold."""
     p, d, q = v.plan, v.default, scoring.percentile
     pair = [("default", models["default"]), (p.label, models[p.label])]
-    figures = server(backend, pair, {"default": [d.setting], p.label: [p.setting]}, feed, serving.concurrency,
-                     serving.duration_s * CONFIRM_X)
-    fd, fp = figures["default"][0], figures[p.label][0]
+    figures = served_again(server, backend, pair, {"default": [d.setting], p.label: [p.setting]}, feed, serving)
+    fd, fp = figures["default"], figures[p.label]
     error = next((f.error or "no request answered" for f in (fd, fp) if f.error or f.requests == 0), None)
     if error is None:
         cd, cp = scoring.served("default", d.setting, fd, fd), scoring.served(p.label, p.setting, fp, fd)
         standing = p.label == kept
         pays = (cp.holds_bound or not cd.holds_bound) and \
             cp.score <= cd.score + (scoring.margin if standing else -scoring.margin)
-        v.confirmation = {"pays": pays, "seconds_each": serving.duration_s * CONFIRM_X,
+        v.confirmation = {"pays": pays, "seconds_each": serving.duration_s * CONFIRM_X, "processes": CONFIRM_PROCESSES,
                           "default": {**cd.figures, "score": cd.score}, "plan": {**cp.figures, "score": cp.score}}
         if pays:
             v.reason += (f"; confirmed served again alone with the default: {_words(cp, q)}, against the default's "
@@ -246,23 +263,22 @@ def confirm_served(v: ServingVerdict, scoring: _Scoring, backend, models: dict[s
         v.confirmation, why = {"pays": False, "error": error}, f"it failed: {error}"
     v.plan, v.keeps_plan = d, False
     v.reason = (f"{p.label} scored better under the load beside the other plans ({_words(p, q)}), but not when "
-                f"served again alone with the default in a fresh process: {why}")
+                f"served again alone with the default in fresh processes: {why}")
 
 
 def serve_alone(v: ServingVerdict, scoring: _Scoring, backend, default: onnx.ModelProto, feed,
                 server: LoadServer, serving) -> None:
-    """The default, served (no plan beat it), served again at its setting alone in a fresh worker
-    for CONFIRM_X times serving.duration_s: the figures plan.json claims are those of a process
+    """The default, served (no plan beat it), served again at its setting alone in fresh workers
+    (served_again): the figures plan.json claims are those of processes
     holding only what is deployed, not of the round beside the plans (changed in place; the
     round's figure stays where this one fails)."""
     d = v.plan
-    f = server(backend, [("default", default)], {"default": [d.setting]}, feed, serving.concurrency,
-               serving.duration_s * CONFIRM_X)["default"][0]
+    f = served_again(server, backend, [("default", default)], {"default": [d.setting]}, feed, serving)["default"]
     if f.error or f.requests == 0:
         v.confirmation = {"alone": True, "error": f.error or "no request answered"}
         return
     alone = scoring.served("default", d.setting, f, f)
-    v.confirmation = {"alone": True, "seconds_each": serving.duration_s * CONFIRM_X,
+    v.confirmation = {"alone": True, "seconds_each": serving.duration_s * CONFIRM_X, "processes": CONFIRM_PROCESSES,
                       "default": {**alone.figures, "score": alone.score}}
     d.figures = alone.figures
 

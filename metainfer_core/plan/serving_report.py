@@ -74,22 +74,28 @@ def _predicted(rows: list[dict]) -> list[str]:
     return out + [""]
 
 
+def _pooled(c: dict, each: str = "") -> str:
+    """'4 s each over 3 processes, pooled'."""
+    n = c.get("processes") or 1
+    return f"{c.get('seconds_each', 0):g} s{each}" + (f" over {n} processes, pooled" if n > 1 else "")
+
+
 def _confirmed(c: dict | None, q: str) -> list[str]:
-    """What is served, served again in a fresh process: the plan chosen over the default with
+    """What is served, served again in fresh processes, pooled: the plan chosen over the default with
     the default, or the default alone."""
     if not c:
         return []
     if c.get("alone"):
         if c.get("error"):
-            return [f"Served again alone in a fresh process, the default failed: {c['error']}.", ""]
+            return [f"Served again alone in fresh processes, the default failed: {c['error']}.", ""]
         d = c["default"]
-        return [f"The default, served again alone in a fresh process ({c.get('seconds_each', 0):g} s): "
+        return [f"The default, served again alone in fresh processes ({_pooled(c)}): "
                 f"{d['throughput_per_s']:.4g}/s, {q} {d.get(f'{q}_ms', float('nan')):.4g} ms: the figures plan.json "
                 "claims for it.", ""]
     if c.get("error"):
         return [f"Served again alone with the default, the plan failed: {c['error']}.", ""]
     p, d = c["plan"], c["default"]
-    return [f"Served again alone with the default in a fresh process ({c.get('seconds_each', 0):g} s each): the plan "
+    return [f"Served again alone with the default in fresh processes ({_pooled(c, ' each')}): the plan "
             f"{p['throughput_per_s']:.4g}/s, {q} {p.get(f'{q}_ms', float('nan')):.4g} ms, score {p['score']:.3f}; "
             f"the default {d['throughput_per_s']:.4g}/s, {q} {d.get(f'{q}_ms', float('nan')):.4g} ms, score "
             f"{d['score']:.3f}: {'holds' if c.get('pays') else 'does not hold, so the default is served'}.", ""]

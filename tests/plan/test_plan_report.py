@@ -230,7 +230,8 @@ def test_a_plan_served_under_load_shows_every_setting_and_the_one_chosen():
                "bound_ms": 6.0, "setting": measured[2]["setting"], "plan": measured[2], "default": measured[1],
                "keeps_plan": True, "reason": "under the load the plan serves 1.40x the default's requests",
                "measured": measured, "weights": {"latency": 1.0, "throughput": 1.0},
-               "confirmation": {"pays": True, "seconds_each": 4.0, "plan": measured[2] | {"throughput_per_s": 690},
+               "confirmation": {"pays": True, "seconds_each": 4.0, "processes": 3,
+                                "plan": measured[2] | {"throughput_per_s": 690},
                                 "default": measured[1] | {"throughput_per_s": 505}}}
     plan = Plan.of(plan_content(serving=serving)).to_dict()
     assert "serving: 2 requests at once on 2 cores: 700/s, p99 4 ms (2 sessions, 1 thread each); p99 bound 6 ms" \
@@ -238,7 +239,8 @@ def test_a_plan_served_under_load_shows_every_setting_and_the_one_chosen():
     md = plan_markdown(plan)
     assert "## Served under load" in md and "| default | 1 session, 2 threads | 400 | 4.5 | 9 | no | 3.050 |" in md
     assert "weighs the p90 latency by 1 and the requests per second by 1" in md
-    assert "Served again alone with the default in a fresh process (4 s each): the plan 690/s" in md and "holds." in md
+    assert "Served again alone with the default in fresh processes (4 s each over 3 processes, pooled): the plan " \
+        "690/s" in md and "holds." in md
     assert "| c1 | 1 session, 2 threads | failed: Boom: no |" in md and "1.40x the default's requests" in md
     one = Plan.of(plan_content(serving={"mode": "latency", "cores": 1, "concurrency": 1, "request_threads": 1})).to_dict()
     assert "serving: one request at a time, 1 thread (serving=latency)" in summary_text(one)
