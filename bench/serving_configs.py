@@ -83,6 +83,12 @@ def tag(setting: dict[str, Any]) -> str:
     return f"{setting.get('sessions', 1)}x{setting.get('intra_op_threads')}"
 
 
+def recorded_default(default_file: Path, spec: dict[str, Any], setting: dict[str, Any]) -> list[dict[str, Any]]:
+    """default.onnx on ONNX Runtime at `setting` (plan.json's for the default), as a configuration."""
+    return [{"label": f"default/{tag(setting)}", "peer": "default", "setting": dict(setting), "kind": "onnx",
+             "file": str(default_file), "runtime": "onnxruntime", "precision": "f32", "spec": dict(spec)}]
+
+
 def configurations(files: dict[str, Path | str], spec: dict[str, Any], cores: int,
                    concurrency: int) -> list[dict[str, Any]]:
     """The plan, then each peer with each of its settings for the load: {label, peer, kind, file,

@@ -20,7 +20,10 @@ p99, bound held, loss), then the summary: meta-infer's requests/s against the be
 (the ratio, and the goal: at least 0.97), plan.json's claimed requests/s against the plan
 served alone in 3 more fresh processes one after the other, as a user deploys it (their median
 within 5 %; their spread, max / min - 1, is the noise the machine had then), the geo-mean of the
-ratios last.
+ratios last. Where a plan was adopted under load, each of those processes also serves default.onnx
+after the plan at the setting plan.json recorded for it, and the plan's requests/s over the
+default's (their median) is checked against plan.json's: the figure a shared machine's drift
+between processes leaves alone.
 
 --latency: the same with serving=latency serving.threads=0 (every core, one request at a time):
 one client, the peers on all cores (ORT 1 session x N threads, OpenVINO LATENCY on N threads, NNCF
@@ -71,6 +74,8 @@ def plan_facts(plan: dict) -> dict[str, Any]:
             "execution_path": (plan.get("execution_path") or {}).get("label") or "onnxruntime",
             "plan_setting": s.get("setting"), "serving_reason": s.get("reason"),
             "claimed_throughput_per_s": served.get("throughput_per_s"),
+            "default_setting": (s.get("default") or {}).get("setting"),
+            "claimed_default_throughput_per_s": (s.get("default") or {}).get("throughput_per_s"),
             "claimed_latency_ms": measured.get("latency_ms") or baseline.get("latency_ms")}
 
 
@@ -86,10 +91,11 @@ def model_feeds(default_file: Path, npz: Path | None) -> list[dict]:
 
 def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATION_S,
               peers: tuple[str, ...] | None = None, timeout: float = CHILD_TIMEOUT_S,
-              warm_s: float | None = None) -> dict[str, Any]:
+              warm_s: float | None = None, default_setting: dict | None = None) -> dict[str, Any]:
     """One run folder's plan and its peers served in one fresh process: plan_facts plus
     {configs: [...], child: {pid, heavy_modules, modules}, serve_s}, or plus {error}. `peers`:
-    a subset of serving_configs.PEERS (default all; () serves the plan alone)."""
+    a subset of serving_configs.PEERS (default all; () serves the plan alone); `default_setting`:
+    default.onnx also served after the plan at that setting (the one plan.json recorded for it)."""
     import numpy as np
 
     from bench import serving_configs as sc
@@ -103,6 +109,8 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
         feeds = model_feeds(folder / "default.onnx", npz)
         files = sc.build_files(folder / "default.onnx", feeds, Path(tmp), sc.PEERS if peers is None else peers)
         configs = sc.configurations(files, sc.ort_spec(plan), row["cores"], row["concurrency"])
+        if default_setting is not None:
+            configs += sc.recorded_default(folder / "default.onnx", sc.ort_spec(plan), default_setting)
         np.savez(Path(tmp) / "feeds.npz", **{f"{i}/{k}": v for i, f in enumerate(feeds) for k, v in f.items()})
         spec = {"run": str(folder.resolve()), "configs": configs, "feeds": str(Path(tmp) / "feeds.npz"),
                 "concurrency": row["concurrency"], "duration_s": duration_s, "percentile": row["percentile"],
@@ -124,11 +132,19 @@ def serve_run(folder: Path, npz: Path | None = None, duration_s: float = DURATIO
 def serve_alone(folder: Path, npz: Path | None, duration_s: float, repeats: int = ALONE_REPEATS,
                 warm_s: float | None = None) -> list[dict[str, Any]]:
     """The plan served alone, as a user deploys it, in `repeats` fresh processes one after the
-    other: each process's row for the plan (its figures, or its error)."""
+    other: each process's row for the plan (its figures, or its error). Under load where a plan
+    was adopted, default.onnx is served after it in the same process at the setting plan.json
+    recorded for it, its figures under the row's `default` (the speed-up over the default
+    reproduces where a shared machine's speed drifts between processes)."""
+    plan = json.loads((Path(folder) / "plan.json").read_text())
+    facts = plan_facts(plan)
+    beside = facts["default_setting"] if facts["mode"] == "throughput" and plan.get("decision") == "adapted" else None
     out = []
     for _ in range(repeats):
-        r = serve_run(folder, npz, duration_s, peers=(), warm_s=warm_s)
-        out.append(next(iter(r.get("configs") or []), {"error": r.get("error") or "the plan was not served"}))
+        r = serve_run(folder, npz, duration_s, peers=(), warm_s=warm_s, default_setting=beside)
+        configs = r.get("configs") or []
+        row = next(iter(configs), {"error": r.get("error") or "the plan was not served"})
+        out.append(row | ({"default": configs[1]} if beside is not None and len(configs) > 1 else {}))
     return out
 
 

@@ -70,11 +70,18 @@ def alone_figures(row: dict) -> list[float]:
     return [f for f in (figure(c, mode) for c in row.get("alone") or []) if f]
 
 
+def speedups_alone(row: dict) -> list[float]:
+    """Requests/s of the plan over the default's, each fresh process's (where it served both)."""
+    return [c["throughput_per_s"] / c["default"]["throughput_per_s"] for c in row.get("alone") or []
+            if served(c) and served(c.get("default") or {}) and c["default"].get("throughput_per_s")]
+
+
 def summary(row: dict) -> dict[str, Any]:
     """{model, mode, plan (its figure), plan_holds, best (label), best_figure, ratio, meets,
     claimed, fresh (the median of the plan served alone, else its figure beside the peers),
     fresh_vs_claimed (fresh / claimed - 1), reproduces, spread (the alone figures' max / min - 1),
-    error}."""
+    speedup_claimed (plan.json's plan / default requests/s), speedup_fresh (the median of the
+    fresh processes' plan / default), speedup_reproduces, error}."""
     mode = row.get("mode") or "throughput"
     out: dict[str, Any] = {"model": row.get("model"), "mode": mode, "error": row.get("error")}
     configs = row.get("configs") or []
@@ -95,6 +102,12 @@ def summary(row: dict) -> dict[str, Any]:
             "best_figure": best[1], "ratio": r, "meets": None if r is None else r >= GOAL, "claimed": claim,
             "fresh": fresh, "fresh_vs_claimed": vs, "reproduces": None if vs is None else abs(vs) <= REPRODUCES,
             "spread": spread}
+    default = row.get("claimed_default_throughput_per_s")
+    ups = speedups_alone(row)
+    if ups and claim and default:
+        up, up_claim = statistics.median(ups), claim / default
+        out |= {"speedup_claimed": up_claim, "speedup_fresh": up,
+                "speedup_reproduces": abs(up / up_claim - 1) <= REPRODUCES}
     return out
 
 
@@ -168,11 +181,20 @@ def summary_table(rows: list[dict]) -> list[str]:
                      f"{_num(s['ratio'], '{:.3f}')} | {_yes(s['meets'])} | {_num(s['claimed'])} | "
                      f"{_num(s['fresh'])} | {_num(s['fresh_vs_claimed'], '{:+.1%}')} | {_yes(s['reproduces'])} | "
                      f"{_num(s['spread'], '{:.1%}')} |")
+    ups = [s for s in sums if s.get("speedup_reproduces") is not None]
+    if ups:
+        lines += ["", "The plan's requests/s over the default's (each at its recorded setting, one after the other in "
+                      "each fresh process), against plan.json's:", "",
+                  f"| model | plan.json | fresh processes (median) | within {REPRODUCES:.0%} |", "|---|---:|---:|---|"]
+        lines += [f"| {s['model']} | {s['speedup_claimed']:.3f}x | {s['speedup_fresh']:.3f}x | "
+                  f"{_yes(s['speedup_reproduces'])} |" for s in ups]
     g = geo_mean([s.get("ratio") for s in sums])
     met = [s for s in sums if s.get("meets") is not None]
     checked = [s for s in sums if s.get("reproduces") is not None]
     lines += ["", f"**geo-mean meta-infer / best peer: {_num(g, '{:.3f}')}** over {len(met)} model(s); "
                   f"{sum(bool(s['meets']) for s in met)} of {len(met)} at least {GOAL:g}; "
                   f"served alone in fresh processes, median within {REPRODUCES:.0%} of plan.json: "
-                  f"{sum(bool(s['reproduces']) for s in checked)} of {len(checked)}"]
+                  f"{sum(bool(s['reproduces']) for s in checked)} of {len(checked)}"
+                  + (f"; the speed-up over the default within {REPRODUCES:.0%}: "
+                     f"{sum(bool(s['speedup_reproduces']) for s in ups)} of {len(ups)}" if ups else "")]
     return lines

@@ -46,6 +46,14 @@ def test_only_peers_within_both_bounds_count_and_the_best_one_sets_the_ratio():
     alone = serving_tables.summary(_row(alone=[_cfg("meta_infer", "meta_infer", f, 2.0, 5.0) for f in (900, 1040, 980)]))
     assert alone["fresh"] == 980 and alone["fresh_vs_claimed"] == pytest.approx(-0.02) and alone["reproduces"]
     assert alone["spread"] == pytest.approx(1040 / 900 - 1) and alone["ratio"] == pytest.approx(0.97)
+    # beside the default in each fresh process: the speed-up over it is checked against plan.json's
+    beside = [_cfg("meta_infer", "meta_infer", f, 2.0, 5.0) | {"default": _cfg("default/2x1", "default", d, 2, 5)}
+              for f, d in ((900, 450), (1040, 500), (980, 500))]
+    ups = serving_tables.summary(_row(alone=beside, claimed_default_throughput_per_s=500.0))
+    assert ups["speedup_claimed"] == pytest.approx(2.0) and ups["speedup_fresh"] == pytest.approx(2.0)
+    assert ups["speedup_reproduces"] and "speedup_claimed" not in alone
+    assert "| m | 2.000x | 2.000x | yes |" in serving_tables.summary_table([_row(alone=beside,
+                                                                              claimed_default_throughput_per_s=500.0)])
     # one request at a time: no latency bound, median latency compared (best peer p50 / the plan's)
     lat = serving_tables.summary(_row("latency", bound_ms=None, concurrency=1))
     assert lat["best"] == "ort_static/2x1" and lat["ratio"] == pytest.approx(1.2 / 2.0) and lat["meets"] is False
@@ -101,9 +109,10 @@ def test_a_run_folder_is_served_beside_its_peers_in_a_fresh_process(tmp_path):
     path = {"runtime": "onnxruntime", "precision": "f32", "settings": {"providers": ["CPUExecutionProvider"],
                                                                          "intra_op_threads": 1}}
     serving = {"mode": "throughput", "cores": 2, "concurrency": 2, "percentile": 99, "bound_ms": 1e4,
-               "setting": {"sessions": 2, "intra_op_threads": 1}, "plan": {"throughput_per_s": 1000.0}}
+               "setting": {"sessions": 2, "intra_op_threads": 1}, "plan": {"throughput_per_s": 1000.0},
+               "default": {"setting": {"sessions": 1, "intra_op_threads": 2}, "throughput_per_s": 800.0}}
     (tmp_path / "plan.json").write_text(json.dumps(plan_content(execution_path=path, serving=serving,
-                                                                accuracy_bound=0.01)))
+                                                                accuracy_bound=0.01, decision="adapted")))
     row = serving_peers.serve_run(tmp_path, None, duration_s=0.2, warm_s=0.02)
     assert "error" not in row, row
     assert (row["mode"], row["cores"], row["concurrency"]) == ("throughput", 2, 2)
@@ -128,3 +137,7 @@ def test_a_run_folder_is_served_beside_its_peers_in_a_fresh_process(tmp_path):
     assert s["best"] in by and s["ratio"] > 0 and s["fresh_vs_claimed"] is not None
     alone = serving_peers.serve_alone(tmp_path, None, duration_s=0.2, repeats=2, warm_s=0.02)
     assert [c["label"] for c in alone] == ["meta_infer", "meta_infer"] and all(c["requests"] > 0 for c in alone)
+    # an adopted plan: the default served after it in each process, at the setting plan.json recorded for it
+    assert all(c["default"]["label"] == "default/1x2" and c["default"]["requests"] > 0 for c in alone)
+    s = serving_tables.summary(row | {"alone": alone})
+    assert s["speedup_claimed"] == pytest.approx(1000 / 800) and s["speedup_fresh"] > 0
