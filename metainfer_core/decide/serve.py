@@ -1,8 +1,9 @@
 """The serving verdict (serving.concurrency > 1): the default, the plan the latency decision
 kept and, on each execution path, the servable candidate verify timed fastest are each served
 under the deployment's load with every serving setting their runtime offers
-(serving/measure.py, in a process of its own). Under the load the objective (search/score.py)
-weighs the p90 latency and the requests per second, both relative to the default's setting
+(serving/measure.py, in a process of its own), less the sessions-and-threads settings the
+predictor scores worse than the best few (decide/serve_predicted.py). Under the load the
+objective (search/score.py) weighs the p90 latency and the requests per second, both relative to the default's setting
 that serves most, with the memory, accuracy and change terms verified one request at a time;
 the latency percentile's bound is a hard constraint. Each plan's best setting holds the bound
 and scores lowest; the plan served is the kept plan unless another scores lower beyond noise,
