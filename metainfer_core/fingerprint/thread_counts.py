@@ -36,7 +36,9 @@ def at_threads(backend: Backend, threads: int) -> Backend:
                          spec={**backend.spec, "intra_op_threads": threads}, seed=backend.seed)
 
 
-WHOLE_ROUNDS = 60      # the graph timed whole at both counts, alternating, this many times each
+WHOLE_ROUNDS = 60      # the graph timed whole at both counts, alternating, this many times each...
+WHOLE_MIN_ROUNDS = 10  # ...or, for a slow graph, at least this many within WHOLE_MAX_S
+WHOLE_MAX_S = 10.0
 
 
 def profile_threads(backend: Backend, library: FingerprintLibrary, model: onnx.ModelProto, name: str,
@@ -63,13 +65,14 @@ def profile_threads(backend: Backend, library: FingerprintLibrary, model: onnx.M
 
 
 def timed_alternately(a: Compiled, b: Compiled, feeds: dict[str, np.ndarray], warmup: int) -> tuple[float, float]:
-    """(median ms of a, of b), run one after the other WHOLE_ROUNDS times (a shared machine's
-    drift weighs on both alike)."""
+    """(median ms of a, of b), run one after the other WHOLE_ROUNDS times, fewer past
+    WHOLE_MAX_S (a shared machine's drift weighs on both alike)."""
     for _ in range(max(1, warmup)):
         a.run(feeds)
         b.run(feeds)
     ta, tb = [], []
-    for _ in range(WHOLE_ROUNDS):
+    t0 = time.perf_counter()
+    while len(ta) < WHOLE_ROUNDS and (len(ta) < WHOLE_MIN_ROUNDS or time.perf_counter() - t0 < WHOLE_MAX_S):
         ta.append(a.time_once(feeds))
         tb.append(b.time_once(feeds))
     return float(np.median(ta)), float(np.median(tb))

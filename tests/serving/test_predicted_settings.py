@@ -143,3 +143,25 @@ def test_a_16_core_target_serves_only_the_settings_the_predictor_scores_best_and
     assert all("served_throughput_per_s" in r for r in rows if r["served"])
     assert not any("served_throughput_per_s" in r for r in rows if not r["served"])
     assert v.record()["predicted"] == v.predicted
+
+
+def test_a_slow_graph_is_timed_whole_fewer_times_but_never_under_the_minimum(monkeypatch):
+    from metainfer_core.fingerprint import thread_counts
+
+    class Timed:        # a Compiled's own fake: a fixed latency, and how often it ran
+        def __init__(self, ms):
+            self.ms, self.runs = ms, 0
+
+        def run(self, feeds):
+            self.runs += 1
+
+        def time_once(self, feeds):
+            self.runs += 1
+            return self.ms
+
+    a, b = Timed(2.0), Timed(1.0)
+    assert thread_counts.timed_alternately(a, b, {}, 1) == (2.0, 1.0) and a.runs == thread_counts.WHOLE_ROUNDS + 1
+    monkeypatch.setattr(thread_counts, "WHOLE_MAX_S", 0.0)      # past the time allowance at once
+    a, b = Timed(2.0), Timed(1.0)
+    thread_counts.timed_alternately(a, b, {}, 1)
+    assert a.runs == b.runs == thread_counts.WHOLE_MIN_ROUNDS + 1
