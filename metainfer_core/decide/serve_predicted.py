@@ -51,20 +51,17 @@ def setting_predictor(scaling: ThreadScaling, plans: dict[str, tuple[onnx.ModelP
     per thread count. A kernel's micro-benchmark pays the pool's wake-up alone, which a graph
     shares: where the default graph was timed whole at a count, a plan's ratio is that, times
     its kernels' ratio over the default's (how it scales apart from the default)."""
-    ratios: dict[tuple[str, int], float] = {}
+    kernels: dict[tuple[str, int], float] = {}
+
+    def kernel_ratio(label: str, t: int) -> float:
+        if (label, t) not in kernels:
+            kernels[(label, t)] = scaling.plan_ratio(plans[label][0], t, costs)
+        return kernels[(label, t)]
 
     def ratio(label: str, t: int) -> float:
-        if (label, t) not in ratios:
-            own = scaling.plan_ratio(plans[label][0], t, costs)
-            if whole and t in whole:
-                own = whole[t] * own / (ratio_of_default(t) or own)
-            ratios[(label, t)] = own
-        return ratios[(label, t)]
-
-    def ratio_of_default(t: int) -> float:
-        if ("default:kernels", t) not in ratios:
-            ratios[("default:kernels", t)] = scaling.plan_ratio(plans["default"][0], t, costs)
-        return ratios[("default:kernels", t)]
+        if whole and t in whole:
+            return whole[t] * kernel_ratio(label, t) / (kernel_ratio("default", t) or kernel_ratio(label, t))
+        return kernel_ratio(label, t)
 
     def predict(label: str, setting: Setting) -> PredictedLoad | None:
         model, latency_ms = plans[label]
